@@ -1,0 +1,150 @@
+//! Building and running the server.
+//!
+//! Layers, outermost first:
+//! 1. `SetRequestId`: takes the client's `x-request-id` or makes a UUID.
+//! 2. `Trace`: one span per request carrying `request_id`, so every log line
+//!    inside the request has it; logs status and latency at the end.
+//! 3. `PropagateRequestId`: echoes `x-request-id` on the response.
+//! 4. `log_proxy_errors`: logs a [`ProxyErrorLog`] the handler attached to
+//!    its response extensions (handlers render, this layer logs).
+
+use crate::config::Settings;
+use crate::error::ProxyErrorLog;
+use crate::state::AppState;
+use axum::extract::Request;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::Router;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tower::ServiceBuilder;
+use tower_http::request_id::{
+    MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
+use tower_http::trace::TraceLayer;
+
+pub struct Application {
+    listener: TcpListener,
+    router: Router,
+    shutdown_grace: Duration,
+    background: tokio_util::task::TaskTracker,
+}
+
+impl Application {
+    /// Binds the listener now, so `port 0` works and the real port is known.
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind(settings.listen).await?;
+        let shutdown_grace = settings.shutdown_grace;
+        let state = AppState::new(settings).await?;
+        let background = state.background.clone();
+        Ok(Self {
+            listener,
+            router: with_layers(crate::http::router(state)),
+            shutdown_grace,
+            background,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    pub fn port(&self) -> u16 {
+        self.local_addr().port()
+    }
+
+    /// Serves until `shutdown` resolves, then lets in-flight requests (and
+    /// streams) and their background work (persisting what they carried)
+    /// finish, for at most the configured grace period in all.
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+        let grace = self.shutdown_grace;
+        let signal = async move {
+            shutdown.await;
+            tracing::info!(
+                grace_seconds = grace.as_secs_f64(),
+                "shutting down: draining requests"
+            );
+            let _ = stopping_tx.send(());
+        };
+        let background = self.background.clone();
+        let drained = async move {
+            axum::serve(self.listener, self.router)
+                .with_graceful_shutdown(signal)
+                .await?;
+            background.close();
+            background.wait().await;
+            Ok(())
+        };
+        let deadline = async move {
+            match stopping_rx.await {
+                Ok(()) => tokio::time::sleep(grace).await,
+                Err(_) => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            served = drained => served,
+            () = deadline => {
+                tracing::warn!("shutdown grace period over: closing the remaining connections");
+                Ok(())
+            }
+        }
+    }
+
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        self.run_until(shutdown_signal()).await
+    }
+}
+
+fn with_layers(router: Router) -> Router {
+    router.layer(
+        ServiceBuilder::new()
+            .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+            .layer(TraceLayer::new_for_http().make_span_with(request_span))
+            .layer(PropagateRequestIdLayer::x_request_id())
+            .layer(middleware::from_fn(log_proxy_errors)),
+    )
+}
+
+/// The query string is left out: some APIs take keys there.
+fn request_span(request: &Request) -> tracing::Span {
+    let request_id = request
+        .extensions()
+        .get::<RequestId>()
+        .and_then(|id| id.header_value().to_str().ok())
+        .unwrap_or_default();
+    tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id = %request_id)
+}
+
+async fn log_proxy_errors(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    if let Some(error) = response.extensions().get::<ProxyErrorLog>() {
+        tracing::warn!(error.kind = error.kind, error.message = %error.message, status = response.status().as_u16(), "request failed in the proxy");
+    }
+    response
+}
+
+async fn shutdown_signal() {
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = interrupt => {},
+        () = terminate => {},
+    }
+}

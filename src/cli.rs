@@ -1,0 +1,77 @@
+//! Command line: `condenser [serve]`, `check-config`, `migrate`,
+//! `conversations list|show`. Flags are the last configuration layer.
+
+use crate::config::LogFormat;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "condenser",
+    version,
+    about = "A context-compacting reverse proxy for LLM APIs"
+)]
+pub struct Cli {
+    /// Configuration file (default: config/default.toml when present).
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on (CONDENSER_LISTEN).
+    #[arg(long, global = true)]
+    pub listen: Option<String>,
+    /// sqlite://FILE or postgres://… (DATABASE_URL).
+    #[arg(long, global = true)]
+    pub database_url: Option<String>,
+    /// Log format (CONDENSER_LOG_FORMAT).
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<LogFormat>,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the proxy (the default).
+    Serve,
+    /// Load and validate the configuration, print it, and exit.
+    CheckConfig,
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Inspect stored conversations.
+    #[command(subcommand)]
+    Conversations(ConversationsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConversationsCommand {
+    /// The most recent conversations.
+    List {
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+    },
+    /// One conversation's chain: positions, roles, sizes, branches, compactions.
+    Show {
+        /// A hash prefix of the conversation (or of any of its messages).
+        id: String,
+    },
+}
+
+impl Cli {
+    /// Flags as configuration overrides, by setting key.
+    pub fn overrides(&self) -> Vec<(&'static str, String)> {
+        let mut overrides = Vec::new();
+        if let Some(listen) = &self.listen {
+            overrides.push(("listen", listen.clone()));
+        }
+        if let Some(url) = &self.database_url {
+            overrides.push(("database_url", url.clone()));
+        }
+        if let Some(format) = self.log_format {
+            let name = match format {
+                LogFormat::Human => "human",
+                LogFormat::Json => "json",
+            };
+            overrides.push(("log_format", name.to_string()));
+        }
+        overrides
+    }
+}

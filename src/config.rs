@@ -1,0 +1,184 @@
+//! Settings, layered: built-in defaults < `config/default.toml` (or
+//! `--config FILE`) < environment < command-line flags.
+//!
+//! Generic environment overrides use `CONDENSER__SECTION__KEY`; the names
+//! users and tests rely on (`CONDENSER_LISTEN`, `DATABASE_URL`, …) are explicit
+//! aliases listed in [`ENV_ALIASES`].
+
+mod defaults;
+mod validate;
+
+use crate::overflow::CustomSignature;
+use crate::protocol::Protocol;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use validate::ConfigError;
+
+/// Documented environment variables and the setting each one sets.
+pub const ENV_ALIASES: &[(&str, &str)] = &[
+    ("CONDENSER_LISTEN", "listen"),
+    ("DATABASE_URL", "database_url"),
+    ("CONDENSER_OPENAI_BASE_URL", "openai_base_url"),
+    ("CONDENSER_ANTHROPIC_BASE_URL", "anthropic_base_url"),
+    ("CONDENSER_LOG_FORMAT", "log_format"),
+    ("CONDENSER_MAX_COMPACTIONS", "compaction.max_compactions"),
+    (
+        "CONDENSER_SUMMARY_MAX_TOKENS",
+        "compaction.summary_max_tokens",
+    ),
+    ("CONDENSER_SUMMARY_MODEL", "compaction.summary_model"),
+    ("CONDENSER_TENANT_SALT", "storage.tenant_salt"),
+];
+
+/// Where the default config file is looked for, relative to the working directory.
+pub const DEFAULT_CONFIG_FILE: &str = "config/default.toml";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    #[serde(default = "defaults::listen")]
+    pub listen: SocketAddr,
+    #[serde(default = "defaults::database_url")]
+    pub database_url: String,
+    #[serde(default = "defaults::openai_base_url")]
+    pub openai_base_url: String,
+    #[serde(default = "defaults::anthropic_base_url")]
+    pub anthropic_base_url: String,
+    /// More upstreams, each under its own path prefix.
+    #[serde(default)]
+    pub upstreams: Vec<UpstreamSettings>,
+    #[serde(default)]
+    pub log_format: LogFormat,
+    #[serde(default = "defaults::max_body_bytes")]
+    pub max_body_bytes: usize,
+    #[serde(default = "defaults::shutdown_grace", with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    #[serde(default)]
+    pub timeouts: Timeouts,
+    #[serde(default)]
+    pub storage: StorageSettings,
+    #[serde(default)]
+    pub compaction: CompactionSettings,
+    /// Overflow signatures added to the built-in table.
+    #[serde(default)]
+    pub overflow_signatures: Vec<CustomSignature>,
+    /// Known context windows in tokens, by model name.
+    #[serde(default)]
+    pub context_windows: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Human,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamSettings {
+    pub name: String,
+    pub base_url: String,
+    pub protocol: Protocol,
+    /// Requests under this path (e.g. `/groq`) go to this upstream, prefix removed.
+    pub path_prefix: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timeouts {
+    #[serde(default = "defaults::connect_timeout", with = "humantime_serde")]
+    pub connect: Duration,
+    /// From sending the request to the upstream's response headers.
+    #[serde(default = "defaults::first_byte_timeout", with = "humantime_serde")]
+    pub first_byte: Duration,
+    /// Longest silence allowed between two chunks of a response body.
+    #[serde(default = "defaults::idle_timeout", with = "humantime_serde")]
+    pub idle: Duration,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageSettings {
+    #[serde(default = "defaults::max_connections")]
+    pub max_connections: u32,
+    #[serde(default = "defaults::acquire_timeout", with = "humantime_serde")]
+    pub acquire_timeout: Duration,
+    /// Start (degraded, forwarding without storing) when the database is down at start-up.
+    #[serde(default)]
+    pub allow_degraded_start: bool,
+    /// While the database is down, how often a warning is logged and a reconnect tried.
+    #[serde(default = "defaults::degraded_retry", with = "humantime_serde")]
+    pub degraded_retry: Duration,
+    /// Mixed into tenant digests so they mean nothing outside this deployment.
+    #[serde(default)]
+    pub tenant_salt: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompactionSettings {
+    #[serde(default = "defaults::max_compactions")]
+    pub max_compactions: u32,
+    #[serde(default = "defaults::summary_max_tokens")]
+    pub summary_max_tokens: u64,
+    /// Model for summary calls; empty means the request's own model.
+    #[serde(default)]
+    pub summary_model: String,
+    /// Role of the inserted summary message.
+    #[serde(default = "defaults::summary_role")]
+    pub summary_role: String,
+    /// Share of the context window the kept history may fill after a compaction.
+    #[serde(default = "defaults::keep_share")]
+    pub keep_share: f64,
+    /// Compact before sending when the estimate crosses this share of a known window (0 disables).
+    #[serde(default = "defaults::proactive_share")]
+    pub proactive_share: f64,
+    /// Interval of SSE keep-alive comments while a summary is written (0 disables).
+    #[serde(default = "defaults::keepalive_interval", with = "humantime_serde")]
+    pub keepalive_interval: Duration,
+    /// How long a summarizer's claim on a prefix lasts before another may take over.
+    #[serde(default = "defaults::lease_ttl", with = "humantime_serde")]
+    pub lease_ttl: Duration,
+    /// Longest a summary call may take.
+    #[serde(default = "defaults::summary_timeout", with = "humantime_serde")]
+    pub summary_timeout: Duration,
+}
+
+impl Settings {
+    /// Loads the layers. `overrides` are (key, value) pairs from flags, applied last.
+    pub fn load(file: Option<&Path>, overrides: &[(&str, String)]) -> Result<Self, ConfigError> {
+        let mut builder = config::Config::builder();
+        builder = match file {
+            Some(path) => builder.add_source(config::File::from(path.to_path_buf()).required(true)),
+            None => builder
+                .add_source(config::File::from(PathBuf::from(DEFAULT_CONFIG_FILE)).required(false)),
+        };
+        builder = builder.add_source(
+            config::Environment::with_prefix("CONDENSER")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true),
+        );
+        for (env_name, key) in ENV_ALIASES {
+            builder = builder
+                .set_override_option(*key, std::env::var(env_name).ok())
+                .map_err(ConfigError::load)?;
+        }
+        for (key, value) in overrides {
+            builder = builder
+                .set_override(*key, value.as_str())
+                .map_err(ConfigError::load)?;
+        }
+        let layered = builder.build().map_err(ConfigError::load)?;
+        let settings: Settings =
+            serde_path_to_error::deserialize(layered).map_err(ConfigError::field)?;
+        settings.validate()?;
+        Ok(settings)
+    }
+}

@@ -1,0 +1,106 @@
+//! Named defaults, one function per setting, so each appears once.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub fn listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+pub fn database_url() -> String {
+    "sqlite://condenser.db".into()
+}
+pub fn openai_base_url() -> String {
+    "https://api.openai.com/v1".into()
+}
+pub fn anthropic_base_url() -> String {
+    "https://api.anthropic.com".into()
+}
+/// Generous: agent requests with images and long tool output reach several MB.
+pub fn max_body_bytes() -> usize {
+    32 * 1024 * 1024
+}
+pub fn shutdown_grace() -> Duration {
+    Duration::from_secs(30)
+}
+pub fn connect_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+/// Non-streamed completions of long outputs can take minutes before the headers.
+pub fn first_byte_timeout() -> Duration {
+    Duration::from_secs(600)
+}
+pub fn idle_timeout() -> Duration {
+    Duration::from_secs(300)
+}
+pub fn max_connections() -> u32 {
+    10
+}
+/// Short, so a dead database turns into degraded forwarding instead of a hang.
+pub fn acquire_timeout() -> Duration {
+    Duration::from_secs(2)
+}
+pub fn degraded_retry() -> Duration {
+    Duration::from_secs(5)
+}
+pub fn max_compactions() -> u32 {
+    2
+}
+pub fn summary_max_tokens() -> u64 {
+    2000
+}
+pub fn summary_role() -> String {
+    "user".into()
+}
+pub fn keep_share() -> f64 {
+    0.5
+}
+pub fn proactive_share() -> f64 {
+    0.95
+}
+pub fn keepalive_interval() -> Duration {
+    Duration::from_secs(3)
+}
+pub fn lease_ttl() -> Duration {
+    Duration::from_secs(120)
+}
+pub fn summary_timeout() -> Duration {
+    Duration::from_secs(300)
+}
+
+impl Default for super::Timeouts {
+    fn default() -> Self {
+        Self {
+            connect: connect_timeout(),
+            first_byte: first_byte_timeout(),
+            idle: idle_timeout(),
+        }
+    }
+}
+
+impl Default for super::StorageSettings {
+    fn default() -> Self {
+        Self {
+            max_connections: max_connections(),
+            acquire_timeout: acquire_timeout(),
+            allow_degraded_start: false,
+            degraded_retry: degraded_retry(),
+            tenant_salt: String::new(),
+        }
+    }
+}
+
+impl Default for super::CompactionSettings {
+    fn default() -> Self {
+        Self {
+            max_compactions: max_compactions(),
+            summary_max_tokens: summary_max_tokens(),
+            summary_model: String::new(),
+            summary_role: summary_role(),
+            keep_share: keep_share(),
+            proactive_share: proactive_share(),
+            keepalive_interval: keepalive_interval(),
+            lease_ttl: lease_ttl(),
+            summary_timeout: summary_timeout(),
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! Checks that need more than types, run once at start-up so a bad setting
+//! fails there with one line naming the key, not at the first request.
+
+use super::Settings;
+use std::collections::HashSet;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration: {0}")]
+    Load(String),
+    #[error("configuration: {key}: {problem}")]
+    Invalid { key: String, problem: String },
+}
+
+impl ConfigError {
+    pub(super) fn load(error: config::ConfigError) -> Self {
+        Self::Load(error.to_string())
+    }
+
+    pub(super) fn field(error: serde_path_to_error::Error<config::ConfigError>) -> Self {
+        let key = error.path().to_string();
+        let problem = error.into_inner().to_string();
+        Self::Invalid { key, problem }
+    }
+
+    fn invalid(key: impl Into<String>, problem: impl Into<String>) -> Self {
+        Self::Invalid {
+            key: key.into(),
+            problem: problem.into(),
+        }
+    }
+}
+
+impl Settings {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_base_url("openai_base_url", &self.openai_base_url)?;
+        check_base_url("anthropic_base_url", &self.anthropic_base_url)?;
+        check_database_url(&self.database_url)?;
+        self.validate_upstreams()?;
+        let compaction = &self.compaction;
+        if compaction.max_compactions > 16 {
+            return Err(ConfigError::invalid(
+                "compaction.max_compactions",
+                "must be at most 16",
+            ));
+        }
+        if compaction.summary_max_tokens < 64 {
+            return Err(ConfigError::invalid(
+                "compaction.summary_max_tokens",
+                "must be at least 64",
+            ));
+        }
+        if !(0.05..=0.95).contains(&compaction.keep_share) {
+            return Err(ConfigError::invalid(
+                "compaction.keep_share",
+                "must be between 0.05 and 0.95",
+            ));
+        }
+        if !(compaction.proactive_share == 0.0 || (0.5..=1.0).contains(&compaction.proactive_share))
+        {
+            return Err(ConfigError::invalid(
+                "compaction.proactive_share",
+                "must be 0 (off) or between 0.5 and 1",
+            ));
+        }
+        if !["user", "system", "developer"].contains(&compaction.summary_role.as_str()) {
+            return Err(ConfigError::invalid(
+                "compaction.summary_role",
+                "must be user, system or developer",
+            ));
+        }
+        if self.max_body_bytes < 1024 {
+            return Err(ConfigError::invalid(
+                "max_body_bytes",
+                "must be at least 1024",
+            ));
+        }
+        crate::overflow::SignatureTable::with_custom(&self.overflow_signatures)
+            .map_err(|error| ConfigError::invalid("overflow_signatures", error.to_string()))?;
+        Ok(())
+    }
+
+    fn validate_upstreams(&self) -> Result<(), ConfigError> {
+        let mut names = HashSet::new();
+        let mut prefixes = HashSet::new();
+        for (index, upstream) in self.upstreams.iter().enumerate() {
+            let key = |field: &str| format!("upstreams[{index}].{field}");
+            check_base_url(&key("base_url"), &upstream.base_url)?;
+            let prefix = &upstream.path_prefix;
+            if !prefix.starts_with('/') || prefix.ends_with('/') || prefix.len() < 2 {
+                return Err(ConfigError::invalid(
+                    key("path_prefix"),
+                    "must look like /name (leading slash, none trailing)",
+                ));
+            }
+            if prefix == "/v1" {
+                return Err(ConfigError::invalid(
+                    key("path_prefix"),
+                    "/v1 is the default upstreams' path",
+                ));
+            }
+            if !names.insert(upstream.name.as_str()) {
+                return Err(ConfigError::invalid(
+                    key("name"),
+                    format!("duplicate upstream name {:?}", upstream.name),
+                ));
+            }
+            if !prefixes.insert(prefix.as_str()) {
+                return Err(ConfigError::invalid(
+                    key("path_prefix"),
+                    format!("duplicate path prefix {prefix:?}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_base_url(key: &str, value: &str) -> Result<(), ConfigError> {
+    let url = url::Url::parse(value)
+        .map_err(|error| ConfigError::invalid(key, format!("{error} ({value:?})")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(ConfigError::invalid(
+            key,
+            format!("must be an http or https URL ({value:?})"),
+        ));
+    }
+    if url.query().is_some() || !url.username().is_empty() || url.password().is_some() {
+        return Err(ConfigError::invalid(
+            key,
+            "must not carry a query string or credentials",
+        ));
+    }
+    Ok(())
+}
+
+fn check_database_url(value: &str) -> Result<(), ConfigError> {
+    let known = ["sqlite:", "postgres://", "postgresql://"];
+    if known.iter().any(|scheme| value.starts_with(scheme)) {
+        return Ok(());
+    }
+    Err(ConfigError::invalid(
+        "database_url",
+        "must start with sqlite:, postgres:// or postgresql://",
+    ))
+}

@@ -1,0 +1,151 @@
+//! Errors the proxy itself raises, rendered in the error shape of the
+//! protocol the client speaks, so SDKs parse them like upstream errors.
+
+use crate::protocol::Protocol;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("upstream {upstream} is unreachable: {reason}")]
+    UpstreamUnreachable { upstream: String, reason: String },
+    #[error("upstream {upstream} did not answer within {}s", timeout.as_secs_f64())]
+    UpstreamTimeout { upstream: String, timeout: Duration },
+    #[error("upstream {upstream} stopped sending for {}s", timeout.as_secs_f64())]
+    UpstreamIdle { upstream: String, timeout: Duration },
+    #[error("request body exceeds the limit of {limit} bytes")]
+    BodyTooLarge { limit: usize },
+    #[error("could not read the request body: {0}")]
+    BodyRead(String),
+}
+
+impl ProxyError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::UpstreamUnreachable { .. } => StatusCode::BAD_GATEWAY,
+            Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => StatusCode::GATEWAY_TIMEOUT,
+            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyRead(_) => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// Low-cardinality name for metric labels and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::UpstreamUnreachable { .. } => "upstream_unreachable",
+            Self::UpstreamTimeout { .. } => "upstream_timeout",
+            Self::UpstreamIdle { .. } => "upstream_idle",
+            Self::BodyTooLarge { .. } => "body_too_large",
+            Self::BodyRead(_) => "body_read",
+        }
+    }
+
+    /// The error's JSON body in `protocol`'s own shape.
+    pub fn body(&self, protocol: Protocol) -> serde_json::Value {
+        let message = self.to_string();
+        match protocol {
+            Protocol::Openai => json!({"error": {
+                "message": message,
+                "type": self.openai_type(),
+                "param": null,
+                "code": self.kind(),
+            }}),
+            Protocol::Anthropic => json!({"type": "error", "error": {
+                "type": self.anthropic_type(),
+                "message": message,
+            }}),
+        }
+    }
+
+    fn openai_type(&self) -> &'static str {
+        match self {
+            Self::BodyTooLarge { .. } | Self::BodyRead(_) => "invalid_request_error",
+            _ => "api_error",
+        }
+    }
+
+    fn anthropic_type(&self) -> &'static str {
+        match self {
+            Self::BodyTooLarge { .. } => "request_too_large",
+            Self::BodyRead(_) => "invalid_request_error",
+            Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => "timeout_error",
+            Self::UpstreamUnreachable { .. } => "api_error",
+        }
+    }
+
+    pub fn into_response_for(self, protocol: Protocol) -> Response {
+        ProtocolError {
+            error: self,
+            protocol,
+        }
+        .into_response()
+    }
+}
+
+/// A [`ProxyError`] paired with the dialect to render it in. The error rides
+/// along in the response extensions so one middleware logs it.
+pub struct ProtocolError {
+    pub error: ProxyError,
+    pub protocol: Protocol,
+}
+
+/// What the logging middleware finds in a response the proxy generated.
+#[derive(Clone, Debug)]
+pub struct ProxyErrorLog {
+    pub kind: &'static str,
+    pub message: String,
+}
+
+impl IntoResponse for ProtocolError {
+    fn into_response(self) -> Response {
+        let status = self.error.status();
+        let body = self.error.body(self.protocol).to_string();
+        let mut response = (status, body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.insert(
+            "x-condenser-error",
+            HeaderValue::from_static(self.error.kind()),
+        );
+        response.extensions_mut().insert(ProxyErrorLog {
+            kind: self.error.kind(),
+            message: self.error.to_string(),
+        });
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openai_shape_has_message_type_param_code() {
+        let error = ProxyError::UpstreamUnreachable {
+            upstream: "openai".into(),
+            reason: "connection refused".into(),
+        };
+        let body = error.body(Protocol::Openai);
+        assert_eq!(
+            body["error"]["message"],
+            "upstream openai is unreachable: connection refused"
+        );
+        assert_eq!(body["error"]["type"], "api_error");
+        assert!(body["error"]["param"].is_null());
+        assert_eq!(body["error"]["code"], "upstream_unreachable");
+    }
+
+    #[test]
+    fn anthropic_shape_is_typed_error_envelope() {
+        let error = ProxyError::BodyTooLarge { limit: 10 };
+        let body = error.body(Protocol::Anthropic);
+        assert_eq!(body["type"], "error");
+        assert_eq!(body["error"]["type"], "request_too_large");
+        assert_eq!(error.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    }
+}

@@ -1,0 +1,37 @@
+//! Step 1 of the data flow, "accept / route".
+
+pub mod ops;
+pub mod passthrough;
+pub mod routes;
+
+use crate::http::routes::Endpoint;
+use crate::state::AppState;
+use axum::extract::{Request, State};
+use axum::response::Response;
+use axum::Router;
+
+pub fn router(state: AppState) -> Router {
+    let metrics = Router::new()
+        .route("/metrics", axum::routing::get(crate::metrics::render))
+        .with_state(crate::metrics::handle());
+    Router::new()
+        .merge(ops::router())
+        .fallback(proxy)
+        .with_state(state)
+        .merge(metrics)
+        .layer(axum::middleware::from_fn(crate::metrics::track))
+}
+
+/// Every path that is not operational: chat endpoints go through the
+/// pipeline, the rest is forwarded untouched.
+async fn proxy(State(state): State<AppState>, request: Request) -> Response {
+    let uri = request.uri();
+    let route = state
+        .routes
+        .resolve(request.method(), uri.path(), uri.query(), request.headers());
+    tracing::debug!(upstream = %route.upstream.name, endpoint = ?route.endpoint, "routed");
+    match route.endpoint {
+        Endpoint::Chat => crate::pipeline::handle(&state, route, request).await,
+        Endpoint::Passthrough => passthrough::forward(&state, route, request).await,
+    }
+}

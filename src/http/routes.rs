@@ -1,0 +1,223 @@
+//! Which upstream a request goes to, and whether Condenser handles it (a chat
+//! endpoint) or forwards it untouched. The upstream URL comes only from
+//! configuration: the request contributes its path and query, never a host.
+
+use crate::config::Settings;
+use crate::protocol::Protocol;
+use http::{HeaderMap, Method};
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub struct Upstream {
+    pub name: String,
+    /// Without a trailing slash.
+    pub base_url: String,
+    pub protocol: Protocol,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// Chat Completions / Messages: parsed, persisted, compacted when needed.
+    Chat,
+    /// Anything else, byte for byte.
+    Passthrough,
+}
+
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub upstream: Arc<Upstream>,
+    pub endpoint: Endpoint,
+    /// Full upstream URL, query string included.
+    pub url: String,
+}
+
+#[derive(Debug)]
+pub struct RouteTable {
+    openai: Arc<Upstream>,
+    anthropic: Arc<Upstream>,
+    /// (path prefix, upstream), longest prefix first.
+    prefixed: Vec<(String, Arc<Upstream>)>,
+}
+
+impl RouteTable {
+    pub fn from_settings(settings: &Settings) -> Self {
+        let upstream = |name: &str, base_url: &str, protocol| {
+            Arc::new(Upstream {
+                name: name.into(),
+                base_url: base_url.trim_end_matches('/').into(),
+                protocol,
+            })
+        };
+        let mut prefixed: Vec<_> = settings
+            .upstreams
+            .iter()
+            .map(|u| {
+                (
+                    u.path_prefix.clone(),
+                    upstream(&u.name, &u.base_url, u.protocol),
+                )
+            })
+            .collect();
+        prefixed.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
+        Self {
+            openai: upstream("openai", &settings.openai_base_url, Protocol::Openai),
+            anthropic: upstream(
+                "anthropic",
+                &settings.anthropic_base_url,
+                Protocol::Anthropic,
+            ),
+            prefixed,
+        }
+    }
+
+    pub fn resolve(
+        &self,
+        method: &Method,
+        path: &str,
+        query: Option<&str>,
+        headers: &HeaderMap,
+    ) -> Route {
+        let (upstream, rest) = self.pick(path, headers);
+        let endpoint = endpoint(upstream.protocol, method, rest);
+        let mut url = format!(
+            "{}{}",
+            upstream.base_url,
+            upstream_path(upstream.protocol, rest)
+        );
+        if let Some(query) = query {
+            url.push('?');
+            url.push_str(query);
+        }
+        Route {
+            upstream: upstream.clone(),
+            endpoint,
+            url,
+        }
+    }
+
+    /// The upstream and the path left after its prefix.
+    fn pick<'p>(&self, path: &'p str, headers: &HeaderMap) -> (&Arc<Upstream>, &'p str) {
+        for (prefix, upstream) in &self.prefixed {
+            if let Some(rest) = path.strip_prefix(prefix.as_str()) {
+                if rest.is_empty() || rest.starts_with('/') {
+                    return (upstream, rest);
+                }
+            }
+        }
+        if path.starts_with("/v1/messages") || looks_like_anthropic(headers) {
+            (&self.anthropic, path)
+        } else {
+            (&self.openai, path)
+        }
+    }
+}
+
+/// Both APIs serve `/v1/models` and friends; Anthropic's SDKs always send
+/// `anthropic-version`, OpenAI's never do.
+fn looks_like_anthropic(headers: &HeaderMap) -> bool {
+    headers.contains_key("anthropic-version")
+}
+
+fn endpoint(protocol: Protocol, method: &Method, path: &str) -> Endpoint {
+    let chat = method == Method::POST
+        && match protocol {
+            Protocol::Openai => path.ends_with("/chat/completions"),
+            Protocol::Anthropic => path == "/v1/messages",
+        };
+    if chat {
+        Endpoint::Chat
+    } else {
+        Endpoint::Passthrough
+    }
+}
+
+/// OpenAI-style base URLs already end in their version (`…/v1`, `…/openai/v1`)
+/// and SDKs append `/chat/completions`; clients reach Condenser at `/v1/…`, so
+/// that `/v1` is dropped. Anthropic base URLs carry no version: the path is kept.
+fn upstream_path(protocol: Protocol, path: &str) -> &str {
+    match protocol {
+        Protocol::Openai => match path.strip_prefix("/v1") {
+            Some(rest) if rest.is_empty() || rest.starts_with('/') => rest,
+            _ => path,
+        },
+        Protocol::Anthropic => path,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::UpstreamSettings;
+
+    fn table() -> RouteTable {
+        let mut settings: Settings =
+            serde_json::from_value(serde_json::json!({})).expect("defaults deserialize");
+        settings.upstreams.push(UpstreamSettings {
+            name: "groq".into(),
+            base_url: "https://api.groq.com/openai/v1".into(),
+            protocol: Protocol::Openai,
+            path_prefix: "/groq".into(),
+        });
+        RouteTable::from_settings(&settings)
+    }
+
+    fn resolve(method: Method, path: &str, query: Option<&str>) -> Route {
+        table().resolve(&method, path, query, &HeaderMap::new())
+    }
+
+    #[test]
+    fn chat_completions_go_to_openai_without_the_duplicate_version() {
+        let route = resolve(Method::POST, "/v1/chat/completions", None);
+        assert_eq!(route.url, "https://api.openai.com/v1/chat/completions");
+        assert_eq!(route.endpoint, Endpoint::Chat);
+    }
+
+    #[test]
+    fn messages_go_to_anthropic_and_keep_the_query() {
+        let route = resolve(Method::POST, "/v1/messages", Some("beta=true"));
+        assert_eq!(route.url, "https://api.anthropic.com/v1/messages?beta=true");
+        assert_eq!(route.endpoint, Endpoint::Chat);
+        assert_eq!(route.upstream.protocol, Protocol::Anthropic);
+    }
+
+    #[test]
+    fn other_paths_pass_through() {
+        assert_eq!(
+            resolve(Method::GET, "/v1/models", None).endpoint,
+            Endpoint::Passthrough
+        );
+        let count = resolve(Method::POST, "/v1/messages/count_tokens", None);
+        assert_eq!(count.endpoint, Endpoint::Passthrough);
+        assert_eq!(
+            count.url,
+            "https://api.anthropic.com/v1/messages/count_tokens"
+        );
+        assert_eq!(
+            resolve(Method::GET, "/v1/chat/completions", None).endpoint,
+            Endpoint::Passthrough
+        );
+    }
+
+    #[test]
+    fn anthropic_clients_reach_anthropic_on_shared_paths() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "anthropic-version",
+            "2023-06-01".parse().expect("valid header"),
+        );
+        let route = table().resolve(&Method::GET, "/v1/models", None, &headers);
+        assert_eq!(route.url, "https://api.anthropic.com/v1/models");
+    }
+
+    #[test]
+    fn a_prefixed_upstream_gets_its_requests_with_the_prefix_removed() {
+        let route = resolve(Method::POST, "/groq/v1/chat/completions", None);
+        assert_eq!(route.upstream.name, "groq");
+        assert_eq!(route.url, "https://api.groq.com/openai/v1/chat/completions");
+        assert_eq!(route.endpoint, Endpoint::Chat);
+        assert_eq!(
+            resolve(Method::GET, "/groqx/v1/models", None).upstream.name,
+            "openai"
+        );
+    }
+}

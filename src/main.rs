@@ -1,0 +1,46 @@
+//! Thin entry point: parse flags, load settings, start telemetry, run.
+
+use clap::Parser;
+use condenser::app::Application;
+use condenser::cli::{Cli, Command};
+use condenser::config::Settings;
+use std::process::ExitCode;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let settings = match Settings::load(cli.config.as_deref(), &cli.overrides()) {
+        Ok(settings) => settings,
+        Err(error) => {
+            eprintln!("condenser: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let subscriber =
+        condenser::telemetry::get_subscriber(settings.log_format, "info", std::io::stderr);
+    condenser::telemetry::init(subscriber);
+    match run(cli.command.unwrap_or(Command::Serve), settings).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("condenser: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
+    match command {
+        Command::Serve => {
+            let app = Application::build(settings).await?;
+            tracing::info!(address = %app.local_addr(), "condenser listening");
+            app.run_until_stopped().await?;
+        }
+        Command::CheckConfig => {
+            eprintln!("configuration is valid:\n{settings:#?}");
+        }
+        Command::Migrate | Command::Conversations(_) => {
+            condenser::admin::run(command, &settings).await?
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,76 @@
+//! Prometheus metrics at `/metrics`. Labels are bounded enums only (route
+//! kind, status, outcome), never a conversation id, a model or a key.
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Latency buckets in seconds: from a fast relay to a minute-long summary.
+const SECONDS_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+const TOKEN_BUCKETS: &[f64] = &[1e3, 4e3, 16e3, 32e3, 64e3, 128e3, 200e3, 400e3, 1e6];
+
+/// The process-wide recorder; installed on first use (tests build many apps
+/// in one process, and a process has one recorder).
+pub fn handle() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Suffix("_tokens".into()), TOKEN_BUCKETS)
+                })
+                .map(PrometheusBuilder::build_recorder)
+                .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
+            let handle = recorder.handle();
+            if metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!("a metrics recorder was already installed; /metrics may be empty");
+            }
+            handle
+        })
+        .clone()
+}
+
+pub async fn render(State(handle): State<PrometheusHandle>) -> impl IntoResponse {
+    (
+        [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        handle.render(),
+    )
+}
+
+/// Counts requests and times them, labelled by the kind of route.
+pub async fn track(request: Request, next: Next) -> Response {
+    let route = route_label(&request);
+    let method = request.method().clone();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let status = response.status().as_u16().to_string();
+    metrics::counter!("condenser_http_requests_total", "route" => route, "method" => method.to_string(), "status" => status)
+        .increment(1);
+    metrics::histogram!("condenser_http_request_duration_seconds", "route" => route)
+        .record(started.elapsed().as_secs_f64());
+    response
+}
+
+fn route_label(request: &Request) -> &'static str {
+    if let Some(path) = request.extensions().get::<MatchedPath>() {
+        return match path.as_str() {
+            "/healthz" | "/readyz" | "/" | "/metrics" => "ops",
+            _ => "other",
+        };
+    }
+    let path = request.uri().path();
+    if path.ends_with("/chat/completions") {
+        "chat_completions"
+    } else if path.ends_with("/v1/messages") {
+        "messages"
+    } else {
+        "passthrough"
+    }
+}

@@ -1,0 +1,68 @@
+//! What every request handler shares, built once at start-up.
+
+use crate::config::Settings;
+use crate::http::routes::RouteTable;
+use crate::overflow::SignatureTable;
+use crate::pipeline::storage::Storage;
+use crate::store::{Store, StoreOptions};
+use crate::upstream::UpstreamClient;
+use anyhow::Context;
+use std::sync::Arc;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub settings: Arc<Settings>,
+    pub routes: Arc<RouteTable>,
+    pub upstream: UpstreamClient,
+    pub overflow: Arc<SignatureTable>,
+    pub storage: Storage,
+    /// Work that outlives its request (persisting, finishing a compaction);
+    /// shutdown waits for it.
+    pub background: tokio_util::task::TaskTracker,
+}
+
+impl AppState {
+    pub async fn new(settings: Settings) -> anyhow::Result<Self> {
+        let upstream = UpstreamClient::new(&settings.timeouts, settings.max_body_bytes)?;
+        let overflow = SignatureTable::with_custom(&settings.overflow_signatures)?;
+        let storage = open_storage(&settings).await?;
+        Ok(Self {
+            routes: Arc::new(RouteTable::from_settings(&settings)),
+            settings: Arc::new(settings),
+            upstream,
+            overflow: Arc::new(overflow),
+            storage,
+            background: tokio_util::task::TaskTracker::new(),
+        })
+    }
+}
+
+pub fn store_options(settings: &Settings) -> StoreOptions {
+    StoreOptions {
+        max_connections: settings.storage.max_connections,
+        acquire_timeout: settings.storage.acquire_timeout,
+    }
+}
+
+/// Connects and migrates; a database that is down fails start-up unless
+/// the operator allowed a degraded start.
+async fn open_storage(settings: &Settings) -> anyhow::Result<Storage> {
+    let retry = settings.storage.degraded_retry;
+    let options = store_options(settings);
+    let opened = async {
+        let store = Store::connect(&settings.database_url, &options).await?;
+        store.migrate().await?;
+        Ok::<_, crate::store::StoreError>(store)
+    }
+    .await;
+    match opened {
+        Ok(store) => Ok(Storage::new(Some(store), true, retry)),
+        Err(error) if settings.storage.allow_degraded_start => {
+            tracing::warn!(error.message = %error, "database unavailable at start-up: running degraded");
+            let store = Store::connect_lazy(&settings.database_url, &options)?;
+            Ok(Storage::new(Some(store), false, retry))
+        }
+        Err(error) => Err(error)
+            .context("opening the database (set storage.allow_degraded_start to start without it)"),
+    }
+}

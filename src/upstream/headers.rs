@@ -1,0 +1,101 @@
+//! Which headers cross the proxy. Everything passes, the caller's credential
+//! included (the upstream needs it), except what belongs to one connection.
+
+use http::header::{HeaderMap, HeaderName, CONNECTION};
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1) describe a single connection, so a
+/// proxy must not forward them; `host` and `content-length` are recomputed by
+/// the client for the upstream connection.
+const CONNECTION_SCOPED: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+];
+
+/// Condenser's own request headers: meaningful to Condenser, not to upstreams.
+const CONDENSER_REQUEST_HEADERS: &[&str] = &["x-conversation-id"];
+
+pub fn request_headers(incoming: &HeaderMap) -> HeaderMap {
+    let mut headers = without_connection_scoped(incoming);
+    headers.remove(http::header::CONTENT_LENGTH);
+    for name in CONDENSER_REQUEST_HEADERS {
+        headers.remove(*name);
+    }
+    headers
+}
+
+/// Response headers keep `content-length`: bodies are relayed unchanged.
+pub fn response_headers(upstream: &HeaderMap) -> HeaderMap {
+    without_connection_scoped(upstream)
+}
+
+fn without_connection_scoped(headers: &HeaderMap) -> HeaderMap {
+    let listed_in_connection: Vec<HeaderName> = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|name| HeaderName::try_from(name.trim()).ok())
+        .collect();
+    let mut kept = headers.clone();
+    for name in CONNECTION_SCOPED {
+        kept.remove(*name);
+    }
+    for name in listed_in_connection {
+        kept.remove(name);
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(k, v)| {
+                (
+                    HeaderName::try_from(*k).expect("name"),
+                    v.parse().expect("value"),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn credentials_and_api_headers_pass_hop_by_hop_do_not() {
+        let incoming = headers(&[
+            ("authorization", "Bearer sk-test"),
+            ("x-api-key", "sk-ant"),
+            ("anthropic-version", "2023-06-01"),
+            ("anthropic-beta", "tools-2024-04-04"),
+            ("openai-organization", "org-1"),
+            ("connection", "keep-alive, x-private"),
+            ("x-private", "1"),
+            ("transfer-encoding", "chunked"),
+            ("host", "localhost"),
+            ("content-length", "10"),
+            ("x-conversation-id", "label"),
+        ]);
+        let out = request_headers(&incoming);
+        let names: Vec<&str> = out.keys().map(HeaderName::as_str).collect();
+        assert_eq!(
+            names,
+            [
+                "authorization",
+                "x-api-key",
+                "anthropic-version",
+                "anthropic-beta",
+                "openai-organization"
+            ]
+        );
+    }
+}

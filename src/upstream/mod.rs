@@ -1,0 +1,101 @@
+//! Step 5, "forward": one pooled HTTP client for every upstream.
+
+pub mod headers;
+pub mod relay;
+
+use crate::config::Timeouts;
+use crate::error::ProxyError;
+use crate::http::routes::Upstream;
+use http::{HeaderMap, Method};
+
+#[derive(Clone)]
+pub struct UpstreamClient {
+    http: reqwest::Client,
+    timeouts: Timeouts,
+    body_limit: usize,
+}
+
+impl UpstreamClient {
+    pub fn new(timeouts: &Timeouts, body_limit: usize) -> anyhow::Result<Self> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(timeouts.connect)
+            // A redirect would send the caller's credential somewhere the
+            // operator did not configure: relay it to the client instead.
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_idle_timeout(std::time::Duration::from_secs(90))
+            .tcp_nodelay(true)
+            .build()?;
+        Ok(Self {
+            http,
+            timeouts: timeouts.clone(),
+            body_limit,
+        })
+    }
+
+    pub fn idle_timeout(&self) -> std::time::Duration {
+        self.timeouts.idle
+    }
+
+    /// Sends a request and waits for the response headers, at most the
+    /// first-byte timeout.
+    pub async fn send(
+        &self,
+        upstream: &Upstream,
+        method: Method,
+        url: &str,
+        headers: HeaderMap,
+        body: reqwest::Body,
+    ) -> Result<reqwest::Response, ProxyError> {
+        let request = self.http.request(method, url).headers(headers).body(body);
+        let timeout = self.timeouts.first_byte;
+        let started = std::time::Instant::now();
+        let sent = tokio::time::timeout(timeout, request.send()).await;
+        let upstream_label = upstream.protocol.as_str();
+        metrics::histogram!("condenser_upstream_response_seconds", "protocol" => upstream_label)
+            .record(started.elapsed().as_secs_f64());
+        match sent {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(error)) => Err(classify(upstream, error, self.body_limit)),
+            Err(_) => Err(ProxyError::UpstreamTimeout {
+                upstream: upstream.name.clone(),
+                timeout,
+            }),
+        }
+    }
+}
+
+/// Maps a transport error to the proxy's own error. URLs are stripped: a
+/// query string may carry a key (some APIs take `?key=`).
+fn classify(upstream: &Upstream, error: reqwest::Error, body_limit: usize) -> ProxyError {
+    if caused_by::<http_body_util::LengthLimitError>(&error) {
+        return ProxyError::BodyTooLarge { limit: body_limit };
+    }
+    let reason = if error.is_timeout() {
+        "connection timed out".to_string()
+    } else {
+        innermost_cause(&error).unwrap_or_else(|| error.without_url().to_string())
+    };
+    ProxyError::UpstreamUnreachable {
+        upstream: upstream.name.clone(),
+        reason,
+    }
+}
+
+fn innermost_cause(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut current = error.source()?;
+    while let Some(next) = current.source() {
+        current = next;
+    }
+    Some(current.to_string())
+}
+
+fn caused_by<E: std::error::Error + 'static>(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current = Some(error);
+    while let Some(inner) = current {
+        if inner.is::<E>() {
+            return true;
+        }
+        current = inner.source();
+    }
+    false
+}
