@@ -1,0 +1,179 @@
+//! Plain-text rendering of the operator views: aligned tables, branches as
+//! indented child lines, compaction points as marker lines. Pure functions,
+//! so the CLI only prints what these return.
+
+use super::text::{align, human_bytes, short_hash, short_tenant, utc_time};
+use super::{Compaction, ConversationDetail, ConversationSummary, MessageNode};
+use crate::conversation::ChainHash;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt::Write;
+
+/// The `conversations list` table.
+pub fn render_list(rows: &[ConversationSummary]) -> String {
+    if rows.is_empty() {
+        return "no conversations stored\n".to_owned();
+    }
+    let header = [
+        "CONVERSATION",
+        "TENANT",
+        "MESSAGES",
+        "BRANCHES",
+        "SIZE",
+        "COMPACTIONS",
+        "LAST ACTIVITY",
+        "LABEL",
+    ];
+    let mut table = vec![header.map(str::to_owned).to_vec()];
+    for row in rows {
+        let label = match (&row.label, row.label_count) {
+            (None, _) => "-".to_owned(),
+            (Some(label), 0 | 1) => label.clone(),
+            (Some(label), count) => format!("{label} (+{})", count - 1),
+        };
+        table.push(vec![
+            short_hash(&row.root),
+            short_tenant(&row.tenant),
+            row.messages.to_string(),
+            row.branches.to_string(),
+            human_bytes(row.bytes),
+            row.compactions.to_string(),
+            utc_time(row.last_activity_ms),
+            label,
+        ]);
+    }
+    let mut out = align(&table, &[2, 3, 4, 5]).join("\n");
+    out.push('\n');
+    out
+}
+
+/// The `conversations show` view: a header, then the tree, one message per
+/// line. The oldest child continues a line; every later child (an edit or a
+/// regeneration) starts an indented branch (`↳`) after its sibling's subtree.
+pub fn render_detail(detail: &ConversationDetail) -> String {
+    let compactions: HashMap<ChainHash, &Compaction> = detail
+        .compactions
+        .iter()
+        .map(|compaction| (compaction.prefix_hash, compaction))
+        .collect();
+    let mut table = vec![["POS", "ROLE", "SIZE", "TOKENS", "HASH"]
+        .map(str::to_owned)
+        .to_vec()];
+    let mut layout = vec![Layout::default()];
+    for (message, mut line) in walk(detail) {
+        table.push(message_cells(message));
+        line.marker = compactions.get(&message.hash).map(|c| compaction_marker(c));
+        layout.push(line);
+    }
+    let mut out = detail_header(detail);
+    for (text, line) in align(&table, &[0, 2, 3]).iter().zip(&layout) {
+        let indent = "    ".repeat(line.depth);
+        match line.branch {
+            true => writeln!(out, "{}↳ {text}", &indent[2..]),
+            false => writeln!(out, "{indent}{text}"),
+        }
+        .ok();
+        if let Some(marker) = &line.marker {
+            writeln!(out, "{indent}     {marker}").ok();
+        }
+    }
+    out
+}
+
+/// The tree in display order, depth first, each message with its depth.
+/// An explicit stack, not recursion: a long chain is thousands deep.
+fn walk(detail: &ConversationDetail) -> Vec<(&MessageNode, Layout)> {
+    let mut children: HashMap<ChainHash, Vec<&MessageNode>> = HashMap::new();
+    for message in &detail.messages {
+        if let Some(parent) = message.parent {
+            children.entry(parent).or_default().push(message);
+        }
+    }
+    let roots = detail.messages.iter().filter(|m| m.hash == detail.root);
+    let mut stack: Vec<(&MessageNode, Layout)> = roots.map(|m| (m, Layout::default())).collect();
+    let mut ordered = Vec::with_capacity(detail.messages.len());
+    while let Some((message, line)) = stack.pop() {
+        let depth = line.depth;
+        ordered.push((message, line));
+        let kids = children
+            .get(&message.hash)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        // Pushed in reverse so the oldest child, the main line, pops first.
+        for (index, child) in kids.iter().enumerate().rev() {
+            let branch = index > 0;
+            let depth = depth + usize::from(branch);
+            stack.push((
+                child,
+                Layout {
+                    depth,
+                    branch,
+                    marker: None,
+                },
+            ));
+        }
+    }
+    ordered
+}
+
+/// Where a table line sits in the tree, and what follows it.
+#[derive(Default)]
+struct Layout {
+    depth: usize,
+    /// First line of a branch: drawn with an arrow.
+    branch: bool,
+    /// A compaction covers the messages up to this one.
+    marker: Option<String>,
+}
+
+fn detail_header(detail: &ConversationDetail) -> String {
+    let labels: BTreeSet<&str> = detail
+        .messages
+        .iter()
+        .filter_map(|m| m.label.as_deref())
+        .collect();
+    let bytes: i64 = detail.messages.iter().map(|m| m.bytes).sum();
+    let parents: HashSet<ChainHash> = detail.messages.iter().filter_map(|m| m.parent).collect();
+    let leaves = detail
+        .messages
+        .iter()
+        .filter(|m| !parents.contains(&m.hash))
+        .count();
+    let mut out = format!(
+        "conversation {}  tenant {}\n",
+        short_hash(&detail.root),
+        short_tenant(&detail.tenant)
+    );
+    if !labels.is_empty() {
+        let labels: Vec<&str> = labels.into_iter().collect();
+        out.push_str(&format!("labels: {}\n", labels.join(", ")));
+    }
+    out.push_str(&format!(
+        "messages {}  branches {}  size {}  compactions {}\n\n",
+        detail.messages.len().saturating_sub(1),
+        leaves,
+        human_bytes(bytes),
+        detail.compactions.len()
+    ));
+    out
+}
+
+fn message_cells(message: &MessageNode) -> Vec<String> {
+    vec![
+        message.position.to_string(),
+        message.role.clone(),
+        human_bytes(message.bytes),
+        message.token_estimate.to_string(),
+        short_hash(&message.hash),
+    ]
+}
+
+/// `── compaction: 41 messages → summary 1.9 KB (overflow, gpt-4o) ──`
+fn compaction_marker(compaction: &Compaction) -> String {
+    format!(
+        "── compaction: {} messages → summary {} ({}, {}) ──",
+        compaction.prefix_len,
+        human_bytes(i64::try_from(compaction.summary.len()).unwrap_or(i64::MAX)),
+        compaction.trigger,
+        compaction.model
+    )
+}

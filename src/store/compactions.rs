@@ -1,0 +1,149 @@
+//! Compactions: which prefix of a chain a summary stands for.
+
+use super::rows::{hash_column, push_placeholders, HASH_CHUNK};
+use super::{Result, Store};
+use crate::conversation::{ChainHash, TenantId};
+use sqlx::any::AnyRow;
+use sqlx::{Any, FromRow, QueryBuilder, Row};
+
+/// A stored summary of messages `1..=prefix_len` of the chain ending at
+/// `prefix_hash`. Used both to insert a compaction and to read one back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compaction {
+    /// h_c: hash of the last compacted message.
+    pub prefix_hash: ChainHash,
+    /// The compaction this one replaces, or the root h_0: the single-flight key.
+    pub base_hash: ChainHash,
+    /// c: messages 1..=c are summarized.
+    pub prefix_len: i64,
+    /// The raw summary text, without the marker wrapper.
+    pub summary: String,
+    pub summary_tokens: i64,
+    pub messages_compacted: i64,
+    pub tokens_before: i64,
+    pub tokens_after: i64,
+    /// The model that wrote the summary.
+    pub model: String,
+    /// Why it ran (overflow, threshold, …).
+    pub trigger: String,
+    /// JSON array of trimmed tool results:
+    /// `[{"message_hash", "replacement", "original_bytes", "kept_bytes"}]`.
+    pub trims: String,
+    pub duration_ms: i64,
+    pub created_at_ms: i64,
+}
+
+/// Columns in the order [`Compaction`]'s `FromRow` reads them by name.
+pub(super) const COMPACTION_COLUMNS: &str = "prefix_hash, base_hash, prefix_len, summary, \
+     summary_tokens, messages_compacted, tokens_before, tokens_after, model, trigger, trims, \
+     duration_ms, created_at";
+
+impl<'r> FromRow<'r, AnyRow> for Compaction {
+    fn from_row(row: &'r AnyRow) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            prefix_hash: hash_column(row, "prefix_hash")?,
+            base_hash: hash_column(row, "base_hash")?,
+            prefix_len: row.try_get("prefix_len")?,
+            summary: row.try_get("summary")?,
+            summary_tokens: row.try_get("summary_tokens")?,
+            messages_compacted: row.try_get("messages_compacted")?,
+            tokens_before: row.try_get("tokens_before")?,
+            tokens_after: row.try_get("tokens_after")?,
+            model: row.try_get("model")?,
+            trigger: row.try_get("trigger")?,
+            trims: row.try_get("trims")?,
+            duration_ms: row.try_get("duration_ms")?,
+            created_at_ms: row.try_get("created_at")?,
+        })
+    }
+}
+
+impl Store {
+    /// The compaction of this tenant whose prefix is in `chain` and covers the
+    /// most messages. One query per chunk of up to 500 hashes.
+    #[tracing::instrument(
+        name = "store.latest_compaction",
+        level = "debug",
+        skip_all,
+        fields(chain = chain.len()),
+    )]
+    pub async fn latest_compaction(
+        &self,
+        tenant: &TenantId,
+        chain: &[ChainHash],
+    ) -> Result<Option<Compaction>> {
+        let mut deepest: Option<Compaction> = None;
+        for chunk in chain.chunks(HASH_CHUNK) {
+            let Some(found) = self.deepest_in(tenant, chunk).await? else {
+                continue;
+            };
+            if deepest
+                .as_ref()
+                .is_none_or(|best| found.prefix_len > best.prefix_len)
+            {
+                deepest = Some(found);
+            }
+        }
+        Ok(deepest)
+    }
+
+    async fn deepest_in(
+        &self,
+        tenant: &TenantId,
+        hashes: &[ChainHash],
+    ) -> Result<Option<Compaction>> {
+        let mut builder = QueryBuilder::<Any>::new("select ");
+        builder.push(COMPACTION_COLUMNS);
+        builder.push(" from compactions where tenant = $1 and prefix_hash in (");
+        push_placeholders(&mut builder, 2, hashes.len());
+        builder.push(") order by prefix_len desc limit 1");
+        let mut query = builder
+            .build_query_as::<Compaction>()
+            .persistent(false)
+            .bind(tenant.as_str());
+        for hash in hashes {
+            query = query.bind(hash.to_hex());
+        }
+        Ok(query.fetch_optional(&self.pool).await?)
+    }
+
+    /// Stores `compaction` in one statement, so a crash leaves either no row
+    /// or a complete one. Returns false, not an error, when a compaction of
+    /// that prefix already exists (another instance got there first).
+    #[tracing::instrument(
+        name = "store.insert_compaction",
+        level = "debug",
+        skip_all,
+        fields(prefix_len = compaction.prefix_len),
+    )]
+    pub async fn insert_compaction(
+        &self,
+        tenant: &TenantId,
+        compaction: &Compaction,
+    ) -> Result<bool> {
+        let result = sqlx::query(
+            "insert into compactions (tenant, prefix_hash, base_hash, prefix_len, summary, \
+             summary_tokens, messages_compacted, tokens_before, tokens_after, model, trigger, \
+             trims, duration_ms, created_at) \
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+             on conflict (tenant, prefix_hash) do nothing",
+        )
+        .bind(tenant.as_str())
+        .bind(compaction.prefix_hash.to_hex())
+        .bind(compaction.base_hash.to_hex())
+        .bind(compaction.prefix_len)
+        .bind(compaction.summary.as_str())
+        .bind(compaction.summary_tokens)
+        .bind(compaction.messages_compacted)
+        .bind(compaction.tokens_before)
+        .bind(compaction.tokens_after)
+        .bind(compaction.model.as_str())
+        .bind(compaction.trigger.as_str())
+        .bind(compaction.trims.as_str())
+        .bind(compaction.duration_ms)
+        .bind(compaction.created_at_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(result.rows_affected() == 1)
+    }
+}
