@@ -1,0 +1,141 @@
+//! Real overflow bodies from gateways (OpenRouter, LiteLLM, Poolside),
+//! self-hosted servers (vLLM, SGLang, llama.cpp, Ollama, LM Studio, TGI) and
+//! bare HTTP refusals.
+
+use super::tests::{assert_recognized, Case};
+use super::OverflowCause::{Bytes, Input, InputPlusOutput};
+
+const CASES: &[Case] = &[
+    (
+        "openrouter",
+        400,
+        r#"{"error":{"message":"This endpoint's maximum context length is 16384 tokens. However, you requested about 94307 tokens (94307 of text input). Please reduce the length of either one, or use the \"middle-out\" transform to compress your prompt automatically.","code":400,"metadata":{"provider_name":null}}}"#,
+        ("openrouter", Input, Some(16_384), Some(94_307), None),
+    ),
+    (
+        "openrouter raw",
+        400,
+        r#"{"error":{"message":"Provider returned error","code":400,"metadata":{"raw":"{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long: 208310 tokens > 200000 maximum\"}}","provider_name":"Anthropic"}}}"#,
+        ("anthropic", Input, Some(200_000), Some(208_310), None),
+    ),
+    (
+        "litellm",
+        400,
+        r#"{"error":{"message":"litellm.ContextWindowExceededError: Requested token count exceeds the model's maximum context length of 131072 tokens","type":null,"param":null,"code":"400"}}"#,
+        ("litellm", Input, Some(131_072), None, None),
+    ),
+    (
+        "poolside",
+        400,
+        r#"{"error":{"message":"Input length 140000 exceeds the maximum allowed input length of 131072 tokens."}}"#,
+        ("input-length", Input, Some(131_072), Some(140_000), None),
+    ),
+    (
+        "vllm flat",
+        400,
+        r#"{"object":"error","message":"This model's maximum context length is 131072 tokens. However, you requested 156632 tokens (152536 in the messages, 4096 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}"#,
+        ("openai", Input, Some(131_072), Some(152_536), Some(4096)),
+    ),
+    (
+        "vllm one or other",
+        400,
+        r#"{"error":{"message":"This model's maximum context length is 2048 tokens. However, your request has 8 input tokens plus 2045 'max_tokens'. Please reduce one or the other. (parameter=input_tokens, max_tokens, value=(8, 2045))","type":"BadRequestError","param":"input_tokens, max_tokens","code":400}}"#,
+        ("vllm", InputPlusOutput, Some(2048), Some(8), Some(2045)),
+    ),
+    (
+        "vllm at least",
+        400,
+        r#"{"error":{"message":"This model's maximum context length is 262144 tokens. However, you requested 128000 output tokens and your prompt contains at least 134145 input tokens, for a total of at least 262145 tokens. Please reduce the length of the input prompt or the number of requested output tokens. (parameter=input_tokens, value=134145)","type":"BadRequestError","param":"input_tokens","code":400}}"#,
+        (
+            "vllm",
+            InputPlusOutput,
+            Some(262_144),
+            Some(134_145),
+            Some(128_000),
+        ),
+    ),
+    (
+        "fastapi detail",
+        400,
+        r#"{"detail":"The input (40000 tokens) is longer than the model's context length (32768 tokens)."}"#,
+        ("sglang", Input, Some(32_768), Some(40_000), None),
+    ),
+    (
+        "sglang",
+        400,
+        r#"{"object":"error","message":"The input (140000 tokens) is longer than the model's context length (131072 tokens).","type":"BadRequestError","param":null,"code":400}"#,
+        ("sglang", Input, Some(131_072), Some(140_000), None),
+    ),
+    (
+        "llama.cpp",
+        400,
+        r#"{"error":{"code":400,"message":"request (13392 tokens) exceeds the available context size (8192 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":13392,"n_ctx":8192}}"#,
+        ("llama.cpp", Input, Some(8192), Some(13_392), None),
+    ),
+    (
+        "llama.cpp fields",
+        400,
+        r#"{"error":{"code":400,"message":"context overflow","type":"exceed_context_size_error","n_prompt_tokens":9000,"n_ctx":8192}}"#,
+        ("llama.cpp", Input, Some(8192), Some(9000), None),
+    ),
+    (
+        "llama.cpp older",
+        400,
+        r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"invalid_request_error"}}"#,
+        ("llama.cpp", Input, None, None, None),
+    ),
+    (
+        "ollama go client",
+        400,
+        r#"{"StatusCode":400,"Status":"400 Bad Request","error":"prompt too long; exceeded max context length by 4 tokens"}"#,
+        ("ollama", Input, None, None, None),
+    ),
+    (
+        "lmstudio keep",
+        400,
+        r#"{"error":"Trying to keep the first 15857 tokens when context the overflows. However, the model is loaded with context length of only 32768 tokens, which is not enough. Try to load the model with a larger context length, or provide a shorter input"}"#,
+        ("lmstudio", Input, Some(32_768), None, None),
+    ),
+    (
+        "lmstudio older",
+        400,
+        r#"{"error":"The number of tokens to keep from the initial prompt is greater than the context length"}"#,
+        ("lmstudio", Input, None, None, None),
+    ),
+    (
+        "lmstudio mlx",
+        400,
+        r#"{"error":{"message":"Context size has been exceeded.","type":"invalid_request_error"}}"#,
+        ("lmstudio", Input, None, None, None),
+    ),
+    (
+        "together tgi",
+        400,
+        r#"{"error":{"message":"Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4097. Given: 80125 `inputs` tokens and 4096 `max_new_tokens`","type":"invalid_request_error","param":"max_tokens","code":null}}"#,
+        ("tgi", Input, Some(4097), Some(80_125), Some(4096)),
+    ),
+    (
+        "together new",
+        400,
+        r#"{"error":{"message":"The input (516368 tokens) is longer than the model's context length (262144 tokens).","type":"invalid_request_error"}}"#,
+        ("sglang", Input, Some(262_144), Some(516_368), None),
+    ),
+    (
+        "plain text",
+        400,
+        "prompt is too long: 1,520,294 tokens > 1,000,000 maximum",
+        ("anthropic", Input, Some(1_000_000), Some(1_520_294), None),
+    ),
+    (
+        "nginx 413",
+        413,
+        "<html><head><title>413 Request Entity Too Large</title></head></html>",
+        ("http-413", Bytes, None, None, None),
+    ),
+    ("empty 413", 413, "", ("http-413", Bytes, None, None, None)),
+];
+
+#[test]
+fn server_bodies_are_recognized() {
+    assert_recognized(CASES);
+}

@@ -1,0 +1,190 @@
+//! The built-in signature table: which error texts and JSON fields mean
+//! "context overflow", per provider. Data only; `matcher.rs` runs it.
+//!
+//! Texts come from `shared/reference/overflow-errors.md`. Patterns are
+//! written in lower case and run on each lower-cased message separately;
+//! `{N}` is a token count (see `numbers.rs`) and the named groups feed the
+//! signal.
+//! Message patterns of all signatures are tried before any field check, so
+//! order only decides which name a message gets: specific wordings first.
+
+use super::OverflowCause;
+use super::OverflowCause::{Bytes, InputPlusOutput};
+
+/// One message pattern; `hint` is the cause when the match carries no
+/// numbers to compute it from (the wording alone says max_tokens is to blame).
+pub(super) struct Pat {
+    pub re: &'static str,
+    pub hint: Option<OverflowCause>,
+}
+
+/// A JSON field check, anywhere in the body.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Field {
+    /// `key` holds this string (any case).
+    Equals(&'static str, &'static str),
+    /// `key` exists.
+    Present(&'static str),
+}
+
+/// One named signature before compilation.
+pub(super) struct Spec {
+    pub name: &'static str,
+    /// Empty means the usual statuses (400, 413, 200 for stream events).
+    pub statuses: &'static [u16],
+    pub patterns: &'static [Pat],
+    pub fields: &'static [Field],
+    /// Fixed cause, overriding numbers (byte limits are never about tokens).
+    pub cause: Option<OverflowCause>,
+}
+
+const fn p(re: &'static str) -> Pat {
+    Pat { re, hint: None }
+}
+
+const fn p_output(re: &'static str) -> Pat {
+    Pat {
+        re,
+        hint: Some(InputPlusOutput),
+    }
+}
+
+const fn sig(name: &'static str, patterns: &'static [Pat]) -> Spec {
+    Spec {
+        name,
+        statuses: &[],
+        patterns,
+        fields: &[],
+        cause: None,
+    }
+}
+
+impl Spec {
+    const fn fields(mut self, fields: &'static [Field]) -> Self {
+        self.fields = fields;
+        self
+    }
+
+    const fn bytes_on(mut self, statuses: &'static [u16]) -> Self {
+        self.statuses = statuses;
+        self.cause = Some(Bytes);
+        self
+    }
+}
+
+/// Texts that look like overflow but are rate limits or other limits that
+/// compaction cannot fix; any hit in a message or `code`/`type` vetoes.
+pub(super) const VETOES: &[&str] = &[
+    r"rate[ _-]?limit",
+    r"too many requests",
+    r"(?:tokens|requests) per (?:min|minute|day)\b",
+    r"\b[tr]p[md]\b",
+    r"throttl",
+    r"please wait",
+    r"resource[_ ]exhausted",
+    r"string_above_max_length",
+    r"invalid 'user'.*string too long",
+];
+
+/// The built-in table, most specific wording first.
+pub(super) const BUILTIN: &[Spec] = &[
+    sig("anthropic-bytes", &[
+        p(r"request exceeds the maximum allowed number of bytes"),
+        p(r"\brequest_too_large\b"),
+    ])
+    .fields(&[Field::Equals("type", "request_too_large")])
+    .bytes_on(&[]),
+    sig("gemini-payload", &[p(r"request payload size exceeds the limit")]).bytes_on(&[]),
+    sig("anthropic", &[
+        p(r"prompt is too long:?\s*(?<actual>{N})\s*tokens?\s*>\s*(?<limit>{N})"),
+        p_output(r"input length and .?max_tokens.? exceed context limit:?\s*(?<actual>{N})\s*\+\s*(?<output>{N})\s*>\s*(?<limit>{N})"),
+        p_output(r"input length and .?max_tokens.? exceed context limit"),
+        p(r"prompt is too long"),
+    ]),
+    sig("bedrock", &[
+        p(r"prompt tokens \((?<actual>{N})\) exceed model maximum \((?<limit>{N})\)"),
+        p(r"input is too long for requested model"),
+        p(r"too many input tokens"),
+    ]),
+    sig("vllm", &[
+        p(r"maximum context length is (?<limit>{N}) tokens\.?\s*however,? your request has (?<actual>{N}) input tokens(?: plus (?<output>{N}))?"),
+        p(r"maximum context length is (?<limit>{N}) tokens\.?\s*however,? you requested (?<output>{N}) output tokens and your prompt contains at least (?<actual>{N}) input tokens"),
+        p(r"you requested (?<output>{N}) output tokens and your prompt contains at least (?<actual>{N}) input tokens"),
+        p(r".?max_tokens.? or .?max_completion_tokens.? is too large:?\s*(?<output>{N}).*?maximum context length is (?<limit>{N}) tokens and your request has (?<actual>{N}) input tokens"),
+        p_output(r"please reduce one or the other"),
+        p(r"context length is only (?<limit>{N}) tokens"),
+    ]),
+    sig("openrouter", &[
+        p(r"endpoint.?s maximum context length is (?<limit>{N}) tokens\.?\s*however,? you requested about (?<total>{N}) tokens(?:[^)]*?(?<output>{N}) in the output)?"),
+        p(r"endpoint.?s maximum context length is (?<limit>{N}) tokens"),
+    ]),
+    sig("cerebras", &[p(r"current length is (?<actual>{N}) while limit is (?<limit>{N})")]),
+    sig("groq", &[p(r"^please reduce the length of the messages or completion\.?$")]),
+    sig("litellm", &[
+        p(r"requested token count exceeds the model.?s maximum context length of (?<limit>{N}) tokens"),
+        p(r"contextwindowexceedederror"),
+    ]),
+    sig("openai", &[
+        p(r"maximum context length is (?<limit>{N}) tokens\.?\s*however,? your messages resulted in (?<actual>{N}) tokens"),
+        p(r"maximum context length is (?<limit>{N}) tokens\.?\s*however,? you requested (?<total>{N}) tokens \((?<actual>{N}) in the messages, (?:(?<extra>{N}) in the functions, and )?(?<output>{N}) in the completion\)"),
+        p(r"maximum context length is (?<limit>{N}) tokens\.?\s*however,? you requested (?<total>{N}) tokens"),
+        p(r"maximum context length is (?<limit>{N}) tokens"),
+        p(r"exceeds the context window"),
+        p(r"reduce the length of the messages"),
+    ])
+    .fields(&[Field::Equals("code", "context_length_exceeded")]),
+    sig("gemini", &[
+        p(r"input token count \((?<actual>{N})\) exceeds the maximum number of tokens allowed \((?<limit>{N})\)"),
+        p(r"input token count exceeds the maximum number of tokens allowed \(?(?<limit>{N})"),
+        p(r"exceeds the maximum number of tokens allowed"),
+    ]),
+    sig("mistral", &[
+        p(r"prompt contains (?<actual>{N}) tokens(?: and (?<extra>{N}) draft tokens)?,? too large for model with (?<limit>{N}) maximum context length"),
+        p(r"too large for model with {N} maximum context length"),
+    ]),
+    sig("xai", &[
+        p(r"maximum prompt length is (?<limit>{N}) but the request contains (?<actual>{N}) tokens"),
+        p(r"maximum prompt length is (?<limit>{N})"),
+    ]),
+    sig("sglang", &[
+        p(r"input \((?<actual>{N}) tokens\) is longer than the model.?s context length \((?<limit>{N}) tokens\)"),
+        p(r"is longer than the model.?s (?:maximum )?context length"),
+    ]),
+    sig("llama.cpp", &[
+        p(r"request \((?<actual>{N}) tokens\) exceeds the available context size \((?<limit>{N}) tokens\)"),
+        p(r"exceeds the available context size"),
+    ])
+    .fields(&[Field::Equals("type", "exceed_context_size_error"), Field::Present("n_ctx")]),
+    sig("ollama", &[p(r"prompt too long; exceeded (?:max )?context length")]),
+    sig("lmstudio", &[
+        p(r"context length of only (?<limit>{N}) tokens"),
+        p(r"greater than the context length"),
+        p(r"context size has been exceeded"),
+    ]),
+    sig("tgi", &[
+        p(r".?inputs.? tokens \+ .?max_new_tokens.? must be <= (?<limit>{N})\.?\s*given:?\s*(?<actual>{N}) .?inputs.? tokens and (?<output>{N}) .?max_new_tokens"),
+        p(r".?inputs.? tokens \+ .?max_new_tokens.? must be"),
+    ]),
+    sig("kimi", &[p(r"exceeded model token limit:?\s*(?<limit>{N})(?:\s*\(requested:?\s*(?<total>{N})\))?")]),
+    sig("minimax", &[p(r"context window exceeds limit")]),
+    sig("copilot", &[p(r"prompt token count of (?<actual>{N}) exceeds the limit of (?<limit>{N})")])
+        .fields(&[Field::Equals("code", "model_max_prompt_tokens_exceeded")]),
+    sig("input-length", &[
+        p(r"input length (?<actual>{N}) exceeds the maximum allowed input length of (?<limit>{N}) tokens"),
+        p(r"exceeds (?:the )?maximum allowed input length of (?<limit>{N}) tokens"),
+    ]),
+    sig("generic", &[
+        p(r"exceeds (?:the )?(?:model.?s )?maximum context length(?: of (?<limit>{N}) tokens?)?"),
+        p(r"context[_ ](?:length|window)[_ ]exceeded"),
+        p(r"input tokens exceed the configured limit"),
+        p(r"model.?s maximum context (?:length|limit)"),
+        p(r"too many tokens"),
+        p(r"token limit exceeded"),
+    ])
+    .fields(&[
+        Field::Equals("code", "context_window_exceeded"),
+        Field::Equals("code", "model_context_window_exceeded"),
+    ]),
+    // Last: a bare 413 (proxy HTML, or no body at all) is a size refusal.
+    sig("http-413", &[p(r"too large"), p(r"^\s*$")]).bytes_on(&[413]),
+];
