@@ -1,0 +1,91 @@
+//! Who is calling and which conversation this is (DESIGN.md step 2).
+
+use crate::conversation::{ChainHash, TenantId};
+use crate::protocol::{Adapter, ChatRequest};
+use http::HeaderMap;
+
+/// A request's place in the stored history.
+#[derive(Debug, Clone)]
+pub struct Conversation {
+    pub tenant: TenantId,
+    /// `h_0` (the system part) then one hash per message: `chain[i]` ends
+    /// with message `i` (1-based), so `chain.len() == messages + 1`.
+    pub chain: Vec<ChainHash>,
+    /// `x-conversation-id`: a label for people, never an identity.
+    pub label: Option<String>,
+}
+
+impl Conversation {
+    pub fn identify(
+        adapter: &dyn Adapter,
+        salt: &[u8],
+        headers: &HeaderMap,
+        request: &ChatRequest,
+    ) -> Self {
+        let tenant = TenantId::from_credential(salt, credential(headers));
+        let mut chain = Vec::with_capacity(request.messages.len() + 1);
+        let mut link = ChainHash::root(&tenant, &adapter.canonical(&request.system));
+        chain.push(link);
+        for message in &request.messages {
+            link = link.next(&adapter.canonical(message));
+            chain.push(link);
+        }
+        let label = headers
+            .get("x-conversation-id")
+            .and_then(|value| value.to_str().ok())
+            .map(|value| value.chars().take(200).collect());
+        Self {
+            tenant,
+            chain,
+            label,
+        }
+    }
+}
+
+/// The caller's credential as sent; hashed at once, never kept.
+fn credential(headers: &HeaderMap) -> Option<&[u8]> {
+    ["authorization", "x-api-key", "api-key"]
+        .iter()
+        .find_map(|name| headers.get(*name))
+        .map(|value| value.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Protocol;
+
+    fn conversation(key: &str, body: &str) -> Conversation {
+        let adapter = Protocol::Openai.adapter();
+        let request = adapter.parse(body.as_bytes()).expect("parses");
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "authorization",
+            format!("Bearer {key}").parse().expect("header"),
+        );
+        Conversation::identify(adapter, b"", &headers, &request)
+    }
+
+    #[test]
+    fn a_longer_history_extends_the_same_chain() {
+        let short = conversation(
+            "k",
+            r#"{"model":"m","messages":[{"role":"user","content":"a"}]}"#,
+        );
+        let long = conversation(
+            "k",
+            r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"}]},{"role":"assistant","content":"b"}]}"#,
+        );
+        assert_eq!(long.chain[..2], short.chain[..]);
+        assert_eq!(long.chain.len(), 3);
+    }
+
+    #[test]
+    fn another_credential_is_another_chain() {
+        let body = r#"{"model":"m","messages":[{"role":"user","content":"a"}]}"#;
+        assert_ne!(
+            conversation("k1", body).chain,
+            conversation("k2", body).chain
+        );
+    }
+}

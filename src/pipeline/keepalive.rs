@@ -1,0 +1,142 @@
+//! Invariant 6, "progress is visible": a streaming client waiting on a
+//! summary gets `200` and SSE comments every few seconds, so neither it nor a
+//! load balancer gives up, then the retried response's events. Condenser
+//! commits early only once a compaction has run for one interval: fast
+//! compactions keep the upstream's real status and headers.
+
+use super::respond::Report;
+use crate::protocol::Adapter;
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http::{HeaderValue, StatusCode};
+use http_body_util::BodyExt;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+pub const KEEPALIVE_COMMENT: &[u8] = b": condenser is compacting the conversation\n\n";
+
+/// Waits for `work`; if it starts compacting and runs one `interval` past
+/// that, answers with an event stream fed by keep-alives and then by it.
+pub async fn respond(
+    mut work: JoinHandle<(Response, Report)>,
+    mut compacting: watch::Receiver<bool>,
+    interval: Duration,
+    adapter: &'static dyn Adapter,
+) -> Response {
+    let mut watching = !interval.is_zero();
+    loop {
+        tokio::select! {
+            finished = &mut work => return finished_response(finished),
+            changed = compacting.changed(), if watching => {
+                if changed.is_err() {
+                    watching = false;
+                    continue;
+                }
+                if !*compacting.borrow() {
+                    continue;
+                }
+                tokio::select! {
+                    finished = &mut work => return finished_response(finished),
+                    () = tokio::time::sleep(interval) => return commit_early(work, interval, adapter),
+                }
+            }
+        }
+    }
+}
+
+fn finished_response(finished: Result<(Response, Report), tokio::task::JoinError>) -> Response {
+    match finished {
+        Ok((mut response, report)) => {
+            report.apply(response.headers_mut());
+            response
+        }
+        Err(error) => {
+            tracing::error!(error.message = %error, "request task failed");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
+}
+
+fn commit_early(
+    work: JoinHandle<(Response, Report)>,
+    interval: Duration,
+    adapter: &'static dyn Adapter,
+) -> Response {
+    let (sender, receiver) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    tokio::spawn(feed(work, sender, interval, adapter));
+    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(receiver));
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache"),
+    );
+    headers.insert(
+        "x-condenser-compacting",
+        HeaderValue::from_static("streamed"),
+    );
+    response
+}
+
+async fn feed(
+    mut work: JoinHandle<(Response, Report)>,
+    sender: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    interval: Duration,
+    adapter: &'static dyn Adapter,
+) {
+    let _ = sender.send(Ok(Bytes::from_static(KEEPALIVE_COMMENT))).await;
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    let finished = loop {
+        tokio::select! {
+            finished = &mut work => break finished,
+            _ = ticks.tick() => {
+                // A closed channel means the client left; the work goes on
+                // so what it compacted is stored for the next request.
+                let _ = sender.send(Ok(Bytes::from_static(KEEPALIVE_COMMENT))).await;
+            }
+        }
+    };
+    let Ok((response, report)) = finished else {
+        let error = serde_json::json!({"type": "error", "error": {"type": "api_error", "message": "condenser: request failed"}});
+        let _ = sender
+            .send(Ok(adapter.stream_error_event(&error).into()))
+            .await;
+        return;
+    };
+    let trailer = format!(": condenser compactions={}\n\n", report.compactions);
+    if response.status().is_success() {
+        let mut body = response.into_body().into_data_stream();
+        while let Some(chunk) = body.next().await {
+            let failed = chunk.is_err();
+            if sender
+                .send(chunk.map_err(std::io::Error::other))
+                .await
+                .is_err()
+                || failed
+            {
+                return;
+            }
+        }
+        let _ = sender.send(Ok(trailer.into())).await;
+        return;
+    }
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let error: serde_json::Value = serde_json::from_slice(&body).unwrap_or_else(
+        |_| serde_json::json!({"error": {"message": String::from_utf8_lossy(&body)}}),
+    );
+    let _ = sender
+        .send(Ok(adapter.stream_error_event(&error).into()))
+        .await;
+}

@@ -1,0 +1,81 @@
+//! The orchestration of a chat request, read top to bottom:
+//! identify → persist (beside the upstream call) → rewrite → forward →
+//! on overflow: compact → retry, bounded by [`budget::CompactionBudget`].
+
+pub mod budget;
+mod exchange;
+pub mod identify;
+mod inspect;
+mod keepalive;
+pub mod persist;
+mod respond;
+pub mod rewrite;
+pub mod storage;
+
+use crate::http::passthrough::read_body;
+use crate::http::routes::Route;
+use crate::state::AppState;
+use crate::upstream::headers;
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use exchange::Exchange;
+use identify::Conversation;
+
+pub use keepalive::KEEPALIVE_COMMENT;
+
+pub async fn handle(state: &AppState, route: Route, request: Request) -> Response {
+    let protocol = route.upstream.protocol;
+    let (parts, body) = request.into_parts();
+    let body = match read_body(body, state.settings.max_body_bytes).await {
+        Ok(body) => body,
+        Err(error) => return error.into_response_for(protocol),
+    };
+    let adapter = protocol.adapter();
+    // Invariant 9: what Condenser cannot parse goes upstream unchanged.
+    let Some(chat) = adapter.parse(&body) else {
+        let outgoing = headers::request_headers(&parts.headers);
+        return match state
+            .upstream
+            .send(
+                &route.upstream,
+                parts.method,
+                &route.url,
+                outgoing,
+                body.into(),
+            )
+            .await
+        {
+            Ok(response) => crate::upstream::relay::relay(response, state.upstream.idle_timeout()),
+            Err(error) => error.into_response_for(protocol),
+        };
+    };
+    let salt = state.settings.storage.tenant_salt.as_bytes();
+    let conversation = Conversation::identify(adapter, salt, &parts.headers, &chat);
+    let chat = std::sync::Arc::new(chat);
+    let persisted = persist::spawn(&state.background, &state.storage, &conversation, &chat);
+    let stream = chat.stream;
+    let exchange = Exchange::new(
+        state.clone(),
+        route,
+        parts,
+        body,
+        adapter,
+        chat,
+        conversation,
+        persisted,
+    );
+    if !stream {
+        let (mut response, report) = exchange.run(None).await;
+        report.apply(response.headers_mut());
+        return response.into_response();
+    }
+    let (compacting_tx, compacting_rx) = tokio::sync::watch::channel(false);
+    let work = state.background.spawn(exchange.run(Some(compacting_tx)));
+    keepalive::respond(
+        work,
+        compacting_rx,
+        state.settings.compaction.keepalive_interval,
+        adapter,
+    )
+    .await
+}

@@ -1,0 +1,76 @@
+//! Writing what is new (DESIGN.md step 3), off the latency path: it runs
+//! beside the upstream call, and only a compaction waits for it.
+
+use super::identify::Conversation;
+use super::storage::Storage;
+use crate::protocol::ChatRequest;
+use crate::store::NewMessage;
+use serde_json::Value;
+use std::sync::Arc;
+use tokio::task::JoinHandle;
+use tokio_util::task::TaskTracker;
+
+/// Starts storing the messages of `request` not stored yet. The handle
+/// resolves to false when the database could not be reached.
+pub fn spawn(
+    background: &TaskTracker,
+    storage: &Storage,
+    conversation: &Conversation,
+    request: &Arc<ChatRequest>,
+) -> JoinHandle<bool> {
+    let storage = storage.clone();
+    let conversation = conversation.clone();
+    let request = request.clone();
+    background.spawn(async move {
+        let tenant = &conversation.tenant;
+        let chain = &conversation.chain;
+        let Some(stored) = storage
+            .run("stored_prefix", |s| async move {
+                s.stored_prefix_len(tenant, chain).await
+            })
+            .await
+        else {
+            return false;
+        };
+        if stored >= conversation.chain.len() {
+            return true;
+        }
+        let new = &rows_from(&conversation, &request, stored);
+        let label = conversation.label.as_deref();
+        let written = storage
+            .run("insert_messages", |s| async move {
+                s.insert_messages(tenant, label, new).await
+            })
+            .await;
+        if let Some(count) = written {
+            metrics::counter!("condenser_messages_stored_total").increment(count);
+        }
+        written.is_some()
+    })
+}
+
+/// One row per chain link from `first` on: the system part is position 0,
+/// message `i` position `i`. Only what is new is serialized.
+fn rows_from(conversation: &Conversation, request: &ChatRequest, first: usize) -> Vec<NewMessage> {
+    let system = std::iter::once(("system", &request.system));
+    let messages = request
+        .messages
+        .iter()
+        .map(|m| (m.get("role").and_then(Value::as_str).unwrap_or(""), m));
+    system
+        .chain(messages)
+        .enumerate()
+        .skip(first)
+        .map(|(position, (role, body))| {
+            let body = body.to_string();
+            NewMessage {
+                hash: conversation.chain[position],
+                parent: position.checked_sub(1).map(|p| conversation.chain[p]),
+                position: position as i64,
+                role: role.to_string(),
+                token_estimate: crate::tokens::estimate_bytes(body.len()) as i64,
+                body,
+            }
+        })
+        .collect()
+}

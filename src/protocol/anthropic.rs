@@ -1,0 +1,264 @@
+//! Anthropic Messages.
+
+use super::openai::summary_text;
+use super::{elide_middle, Adapter, ChatRequest, Protocol, ToolLinks, Trimmed};
+use crate::conversation::canonical_json;
+use serde_json::{json, Map, Value};
+
+pub struct Anthropic;
+
+impl Adapter for Anthropic {
+    fn protocol(&self) -> Protocol {
+        Protocol::Anthropic
+    }
+
+    fn parse(&self, body: &[u8]) -> Option<ChatRequest> {
+        let body: Map<String, Value> = serde_json::from_slice(body).ok()?;
+        let messages = body.get("messages")?.as_array()?.clone();
+        let system = body.get("system").cloned().unwrap_or(Value::Null);
+        ChatRequest::from_body(body, system, messages)
+    }
+
+    fn build(&self, request: &ChatRequest, messages: &[Value]) -> Vec<u8> {
+        let mut body = request.body.clone();
+        body.insert("messages".into(), Value::Array(messages.to_vec()));
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
+
+    /// Claude Code sends the newest user message as one text block with
+    /// `cache_control`, and the same message as a plain string a request
+    /// later: both must hash alike. Thinking signatures stay in identity.
+    fn canonical(&self, message: &Value) -> Vec<u8> {
+        let mut message = message.clone();
+        if let Some(content) = message.get_mut("content") {
+            if let Some(text) = single_text_block(content) {
+                *content = Value::String(text);
+            }
+        }
+        if let Some(system) = single_text_block(&message) {
+            message = Value::String(system);
+        }
+        canonical_json(&message, &["cache_control"])
+    }
+
+    fn tool_links(&self, message: &Value) -> ToolLinks {
+        let ids = |kind: &str, field: &str| -> Vec<String> {
+            blocks(message)
+                .filter(|block| block_type(block) == kind)
+                .filter_map(|block| block.get(field)?.as_str().map(String::from))
+                .collect()
+        };
+        ToolLinks {
+            calls: ids("tool_use", "id"),
+            results: ids("tool_result", "tool_use_id"),
+        }
+    }
+
+    fn summary_message(&self, role: &str, summary: &str) -> Value {
+        json!({"role": role, "content": [{"type": "text", "text": summary_text(summary)}]})
+    }
+
+    fn summary_request(
+        &self,
+        model: &str,
+        instructions: &str,
+        transcript: &str,
+        max_tokens: u64,
+    ) -> Value {
+        json!({
+            "model": model,
+            "max_tokens": max_tokens,
+            "system": instructions,
+            "messages": [{"role": "user", "content": transcript}],
+        })
+    }
+
+    fn response_text(&self, response: &Value) -> Option<String> {
+        let text: Vec<&str> = response
+            .get("content")?
+            .as_array()?
+            .iter()
+            .filter(|block| block_type(block) == "text")
+            .filter_map(|block| block.get("text")?.as_str())
+            .collect();
+        Some(text.join("")).filter(|text| !text.trim().is_empty())
+    }
+
+    /// Thinking blocks are left out: they are the model's private reasoning,
+    /// and their content is not meant to be read back.
+    fn transcript_entry(&self, message: &Value) -> String {
+        let role = self.role(message);
+        let parts: Vec<String> = match message.get("content") {
+            Some(Value::String(text)) => vec![text.clone()],
+            _ => blocks(message).filter_map(block_transcript).collect(),
+        };
+        format!("[{role}] {}", parts.join("\n"))
+    }
+
+    fn trim_tool_result(&self, message: &Value, keep_bytes: usize) -> Option<Trimmed> {
+        let content = message.get("content")?.as_array()?;
+        let (index, text) = content
+            .iter()
+            .enumerate()
+            .filter(|(_, block)| block_type(block) == "tool_result")
+            .map(|(index, block)| (index, result_text(block)))
+            .max_by_key(|(_, text)| text.len())?;
+        let cut = elide_middle(&text, keep_bytes)?;
+        let mut trimmed = message.clone();
+        trimmed["content"][index]["content"] = Value::String(cut.clone());
+        Some(Trimmed {
+            message: trimmed,
+            original_bytes: text.len(),
+            kept_bytes: cut.len(),
+        })
+    }
+
+    fn max_output_tokens(&self, request: &ChatRequest) -> Option<u64> {
+        request.body.get("max_tokens")?.as_u64()
+    }
+
+    fn stream_error_event(&self, error_body: &Value) -> String {
+        format!("event: error\ndata: {error_body}\n\n")
+    }
+}
+
+fn blocks(message: &Value) -> impl Iterator<Item = &Value> {
+    message
+        .get("content")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
+fn block_type(block: &Value) -> &str {
+    block.get("type").and_then(Value::as_str).unwrap_or("")
+}
+
+fn single_text_block(content: &Value) -> Option<String> {
+    let [block] = content.as_array()?.as_slice() else {
+        return None;
+    };
+    (block_type(block) == "text").then(|| block.get("text")?.as_str().map(str::to_string))?
+}
+
+/// A tool result's text: a string, or its text blocks joined.
+fn result_text(block: &Value) -> String {
+    match block.get("content") {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text")?.as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+fn block_transcript(block: &Value) -> Option<String> {
+    match block_type(block) {
+        "text" => block.get("text")?.as_str().map(str::to_string),
+        "tool_use" => {
+            let name = block.get("name").and_then(Value::as_str).unwrap_or("?");
+            Some(format!(
+                "→ tool call {name}({})",
+                block.get("input").unwrap_or(&Value::Null)
+            ))
+        }
+        "tool_result" => {
+            let id = block
+                .get("tool_use_id")
+                .and_then(Value::as_str)
+                .unwrap_or("?");
+            let error = if block.get("is_error") == Some(&Value::Bool(true)) {
+                " (error)"
+            } else {
+                ""
+            };
+            Some(format!(
+                "← tool result ({id}){error}: {}",
+                result_text(block)
+            ))
+        }
+        "thinking" | "redacted_thinking" => None,
+        other => {
+            let size = block
+                .get("source")
+                .map_or(0, |source| source.to_string().len());
+            Some(format!("[{other}, {size} bytes]"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(body: Value) -> ChatRequest {
+        Anthropic
+            .parse(body.to_string().as_bytes())
+            .expect("parses")
+    }
+
+    #[test]
+    fn system_is_the_root_and_unknown_fields_survive_a_rebuild() {
+        let body = json!({"model": "m", "max_tokens": 10, "system": [{"type": "text", "text": "s"}], "messages": [{"role": "user", "content": "u"}], "thinking": {"type": "adaptive"}});
+        let request = parse(body.clone());
+        assert_eq!(request.system, body["system"]);
+        assert_eq!(
+            Anthropic.build(&request, &request.messages),
+            serde_json::to_vec(&body).expect("json")
+        );
+        assert_eq!(
+            parse(json!({"model": "m", "messages": []})).system,
+            Value::Null
+        );
+    }
+
+    #[test]
+    fn a_string_equals_one_text_block_with_cache_control() {
+        let string = json!({"role": "user", "content": "hi"});
+        let block = json!({"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]});
+        assert_eq!(Anthropic.canonical(&string), Anthropic.canonical(&block));
+        let system_blocks =
+            json!([{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}]);
+        assert_eq!(
+            Anthropic.canonical(&system_blocks),
+            Anthropic.canonical(&json!("sys"))
+        );
+    }
+
+    #[test]
+    fn a_thinking_signature_is_part_of_identity() {
+        let a = json!({"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s1"}]});
+        let b = json!({"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s2"}]});
+        assert_ne!(Anthropic.canonical(&a), Anthropic.canonical(&b));
+    }
+
+    #[test]
+    fn tool_links_and_trims_keep_the_pairing() {
+        let call = json!({"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}]});
+        let result = json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x".repeat(5000)}]});
+        assert_eq!(Anthropic.tool_links(&call).calls, ["toolu_1"]);
+        assert_eq!(Anthropic.tool_links(&result).results, ["toolu_1"]);
+        let trimmed = Anthropic.trim_tool_result(&result, 1000).expect("trimmed");
+        assert_eq!(trimmed.message["content"][0]["tool_use_id"], "toolu_1");
+        assert!(trimmed.message["content"][0]["content"]
+            .as_str()
+            .expect("text")
+            .contains("condenser trimmed"));
+        assert_eq!(trimmed.original_bytes, 5000);
+        assert!(Anthropic.trim_tool_result(&call, 10).is_none());
+    }
+
+    #[test]
+    fn the_summary_is_one_text_block_and_replies_skip_thinking() {
+        let summary = Anthropic.summary_message("user", "facts");
+        assert_eq!(summary["content"].as_array().map(Vec::len), Some(1));
+        assert!(summary["content"][0]["text"]
+            .as_str()
+            .expect("text")
+            .starts_with(super::super::SUMMARY_MARKER));
+        let reply = json!({"content": [{"type": "thinking", "thinking": "hmm", "signature": "s"}, {"type": "text", "text": "done"}]});
+        assert_eq!(Anthropic.response_text(&reply).as_deref(), Some("done"));
+    }
+}

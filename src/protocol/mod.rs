@@ -1,0 +1,166 @@
+//! The protocol seam (DESIGN.md "Protocol adapters"): everything that differs
+//! between LLM APIs sits behind one [`Adapter`] per API. The pipeline, the
+//! planner and the store never look inside a message themselves.
+
+pub mod anthropic;
+pub mod openai;
+mod request;
+
+use serde_json::Value;
+
+pub use request::ChatRequest;
+use serde::Deserialize;
+
+/// Starts the inserted summary message, and lets a later compaction (and
+/// the test upstream) recognise it.
+pub const SUMMARY_MARKER: &str = "[condenser:summary]";
+
+/// The API dialect an upstream speaks, and so the shape of its errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// OpenAI Chat Completions and everything under an OpenAI-style `/v1`.
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+impl Protocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Openai => "openai",
+            Self::Anthropic => "anthropic",
+        }
+    }
+
+    pub fn adapter(self) -> &'static dyn Adapter {
+        match self {
+            Self::Openai => &openai::OpenAi,
+            Self::Anthropic => &anthropic::Anthropic,
+        }
+    }
+}
+
+/// Tool calls a message makes and tool results it carries, by id.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ToolLinks {
+    pub calls: Vec<String>,
+    pub results: Vec<String>,
+}
+
+/// Token counts an upstream reported for a response.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+pub trait Adapter: Send + Sync {
+    fn protocol(&self) -> Protocol;
+
+    /// Splits a request body into system part and messages, keeping every
+    /// other field. `None` when the body is not a request this adapter
+    /// understands: it is then forwarded unchanged.
+    fn parse(&self, body: &[u8]) -> Option<ChatRequest>;
+
+    /// Serializes `request` with `messages` in place of its own.
+    fn build(&self, request: &ChatRequest, messages: &[Value]) -> Vec<u8>;
+
+    /// The form of a message (or of the system part) that identity hashes:
+    /// equal for what clients send interchangeably.
+    fn canonical(&self, message: &Value) -> Vec<u8>;
+
+    fn tool_links(&self, message: &Value) -> ToolLinks;
+
+    fn role<'m>(&self, message: &'m Value) -> &'m str {
+        message.get("role").and_then(Value::as_str).unwrap_or("")
+    }
+
+    /// The summary as its own message, marker first.
+    fn summary_message(&self, role: &str, summary: &str) -> Value;
+
+    /// A non-streaming request asking `model` for a summary.
+    fn summary_request(
+        &self,
+        model: &str,
+        instructions: &str,
+        transcript: &str,
+        max_tokens: u64,
+    ) -> Value;
+
+    /// The text of a non-streamed response.
+    fn response_text(&self, response: &Value) -> Option<String>;
+
+    /// One message as compact transcript text for a summary call.
+    fn transcript_entry(&self, message: &Value) -> String;
+
+    /// The largest tool result in `message` cut to about `keep_bytes`: head
+    /// and tail kept, an elision marker between. `None` if nothing to cut.
+    fn trim_tool_result(&self, message: &Value, keep_bytes: usize) -> Option<Trimmed>;
+
+    /// The request's own output budget (`max_tokens` or equivalent).
+    fn max_output_tokens(&self, request: &ChatRequest) -> Option<u64>;
+
+    /// An SSE event reporting an error in this protocol's streaming shape.
+    fn stream_error_event(&self, error_body: &Value) -> String;
+}
+
+/// A tool result cut down to size.
+#[derive(Debug, Clone)]
+pub struct Trimmed {
+    pub message: Value,
+    pub original_bytes: usize,
+    pub kept_bytes: usize,
+}
+
+/// Head and tail of `text` around an explicit marker saying what went.
+pub fn elide_middle(text: &str, keep_bytes: usize) -> Option<String> {
+    if text.len() <= keep_bytes {
+        return None;
+    }
+    let half = keep_bytes / 2;
+    let head_end = floor_char_boundary(text, half);
+    let tail_start = ceil_char_boundary(text, text.len() - half);
+    let removed = tail_start - head_end;
+    Some(format!(
+        "{}\n[… condenser trimmed {removed} bytes of this tool result to fit the context window …]\n{}",
+        &text[..head_end],
+        &text[tail_start..]
+    ))
+}
+
+fn floor_char_boundary(text: &str, mut index: usize) -> usize {
+    while !text.is_char_boundary(index) {
+        index -= 1;
+    }
+    index
+}
+
+fn ceil_char_boundary(text: &str, mut index: usize) -> usize {
+    while !text.is_char_boundary(index) {
+        index += 1;
+    }
+    index
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn elision_keeps_head_and_tail_and_says_how_much_went() {
+        let text = format!("{}{}{}", "a".repeat(100), "b".repeat(1000), "c".repeat(100));
+        let cut = elide_middle(&text, 200).expect("cut");
+        assert!(cut.starts_with(&"a".repeat(100)));
+        assert!(cut.ends_with(&"c".repeat(100)));
+        assert!(cut.contains("trimmed 1000 bytes"));
+        assert_eq!(elide_middle("short", 200), None);
+    }
+
+    #[test]
+    fn elision_respects_utf8() {
+        let text = "é".repeat(500);
+        let cut = elide_middle(&text, 101).expect("cut");
+        assert!(cut.contains("condenser trimmed"));
+    }
+}

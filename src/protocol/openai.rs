@@ -1,0 +1,223 @@
+//! OpenAI Chat Completions.
+
+use super::{elide_middle, Adapter, ChatRequest, Protocol, ToolLinks, Trimmed, SUMMARY_MARKER};
+use crate::conversation::canonical_json;
+use serde_json::{json, Map, Value};
+
+pub struct OpenAi;
+
+/// Roles that make up the system part when they lead the conversation.
+const SYSTEM_ROLES: &[&str] = &["system", "developer"];
+
+impl Adapter for OpenAi {
+    fn protocol(&self) -> Protocol {
+        Protocol::Openai
+    }
+
+    fn parse(&self, body: &[u8]) -> Option<ChatRequest> {
+        let body: Map<String, Value> = serde_json::from_slice(body).ok()?;
+        let all = body.get("messages")?.as_array()?;
+        let system_len = all
+            .iter()
+            .take_while(|m| SYSTEM_ROLES.contains(&self.role(m)))
+            .count();
+        let system = Value::Array(all[..system_len].to_vec());
+        let messages = all[system_len..].to_vec();
+        ChatRequest::from_body(body, system, messages)
+    }
+
+    fn build(&self, request: &ChatRequest, messages: &[Value]) -> Vec<u8> {
+        let mut all = request.system.as_array().cloned().unwrap_or_default();
+        all.extend_from_slice(messages);
+        let mut body = request.body.clone();
+        body.insert("messages".into(), Value::Array(all));
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
+
+    fn canonical(&self, message: &Value) -> Vec<u8> {
+        canonical_json(&normalize_content(message), &["cache_control"])
+    }
+
+    fn tool_links(&self, message: &Value) -> ToolLinks {
+        let calls = message
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .map(|calls| {
+                calls
+                    .iter()
+                    .filter_map(|c| c.get("id")?.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let results = match (
+            self.role(message),
+            message.get("tool_call_id").and_then(Value::as_str),
+        ) {
+            ("tool", Some(id)) => vec![id.to_string()],
+            _ => Vec::new(),
+        };
+        ToolLinks { calls, results }
+    }
+
+    fn summary_message(&self, role: &str, summary: &str) -> Value {
+        json!({"role": role, "content": summary_text(summary)})
+    }
+
+    fn summary_request(
+        &self,
+        model: &str,
+        instructions: &str,
+        transcript: &str,
+        max_tokens: u64,
+    ) -> Value {
+        json!({
+            "model": model,
+            "messages": [
+                {"role": "system", "content": instructions},
+                {"role": "user", "content": transcript},
+            ],
+            "max_tokens": max_tokens,
+            "stream": false,
+        })
+    }
+
+    fn response_text(&self, response: &Value) -> Option<String> {
+        let content = response.pointer("/choices/0/message/content")?;
+        content
+            .as_str()
+            .map(str::to_string)
+            .filter(|text| !text.trim().is_empty())
+    }
+
+    fn transcript_entry(&self, message: &Value) -> String {
+        let role = self.role(message);
+        let mut entry = format!("[{role}] {}", text_of(message.get("content")));
+        for call in message
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let name = call
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .unwrap_or("?");
+            let args = call
+                .pointer("/function/arguments")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            entry.push_str(&format!("\n  → tool call {name}({args})"));
+        }
+        entry
+    }
+
+    fn trim_tool_result(&self, message: &Value, keep_bytes: usize) -> Option<Trimmed> {
+        if self.role(message) != "tool" {
+            return None;
+        }
+        let text = text_of(message.get("content"));
+        let cut = elide_middle(&text, keep_bytes)?;
+        let mut trimmed = message.clone();
+        trimmed["content"] = Value::String(cut.clone());
+        Some(Trimmed {
+            message: trimmed,
+            original_bytes: text.len(),
+            kept_bytes: cut.len(),
+        })
+    }
+
+    fn max_output_tokens(&self, request: &ChatRequest) -> Option<u64> {
+        ["max_completion_tokens", "max_tokens"]
+            .iter()
+            .find_map(|key| request.body.get(*key)?.as_u64())
+    }
+
+    fn stream_error_event(&self, error_body: &Value) -> String {
+        format!("data: {error_body}\n\n")
+    }
+}
+
+pub fn summary_text(summary: &str) -> String {
+    format!(
+        "{SUMMARY_MARKER} Earlier parts of this conversation were compacted to fit the context window. \
+         A summary of them follows; the conversation continues after it.\n\n{summary}"
+    )
+}
+
+/// A content of one text part equals the same text as a plain string.
+fn normalize_content(message: &Value) -> Value {
+    let mut message = message.clone();
+    if let Some(content) = message.get_mut("content") {
+        if let Some(text) = single_text_part(content) {
+            *content = Value::String(text);
+        }
+    }
+    message
+}
+
+fn single_text_part(content: &Value) -> Option<String> {
+    let [part] = content.as_array()?.as_slice() else {
+        return None;
+    };
+    (part.get("type")?.as_str()? == "text")
+        .then(|| part.get("text")?.as_str().map(str::to_string))?
+}
+
+/// Text of a content that is a string or an array of parts; other parts
+/// (images, audio) are named by type only.
+pub fn text_of(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .map(|part| match part.get("text").and_then(Value::as_str) {
+                Some(text) => text.to_string(),
+                None => format!(
+                    "[{}]",
+                    part.get("type").and_then(Value::as_str).unwrap_or("part")
+                ),
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leading_system_and_developer_messages_are_the_system_part() {
+        let body = br#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"developer","content":"d"},{"role":"user","content":"u"},{"role":"system","content":"late"}]}"#;
+        let request = OpenAi.parse(body).expect("parses");
+        assert_eq!(request.system.as_array().map(Vec::len), Some(2));
+        assert_eq!(request.messages.len(), 2);
+        assert_eq!(
+            OpenAi.build(&request, &request.messages),
+            serde_json::to_vec(&serde_json::from_slice::<Value>(body).expect("json"))
+                .expect("json")
+        );
+    }
+
+    #[test]
+    fn a_single_text_part_hashes_like_a_string() {
+        let string = json!({"role": "user", "content": "hi"});
+        let parts = json!({"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]});
+        assert_eq!(OpenAi.canonical(&string), OpenAi.canonical(&parts));
+    }
+
+    #[test]
+    fn tool_links_name_calls_and_results() {
+        let call = json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]});
+        let result = json!({"role": "tool", "tool_call_id": "call_1", "content": "42"});
+        assert_eq!(OpenAi.tool_links(&call).calls, ["call_1"]);
+        assert_eq!(OpenAi.tool_links(&result).results, ["call_1"]);
+    }
+
+    #[test]
+    fn unparseable_bodies_are_not_requests() {
+        assert!(OpenAi.parse(b"{not json").is_none());
+        assert!(OpenAi.parse(br#"{"model":"m"}"#).is_none());
+    }
+}
