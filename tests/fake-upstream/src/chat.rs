@@ -1,0 +1,203 @@
+//! The chat endpoints: what the real APIs check, in the order they check it.
+
+use crate::replies::Reply;
+use crate::state::{Protocol, RecordedRequest, RequestKind, Scripted, State};
+use crate::{sse, validate};
+use axum::body::Body;
+use axum::extract::{Request, State as AxumState};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, StatusCode};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+pub async fn openai(AxumState(state): AxumState<Arc<State>>, request: Request) -> Response {
+    handle(state, Protocol::OpenAi, request).await
+}
+
+pub async fn anthropic(AxumState(state): AxumState<Arc<State>>, request: Request) -> Response {
+    handle(state, Protocol::Anthropic, request).await
+}
+
+async fn handle(state: Arc<State>, protocol: Protocol, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, 512 * 1024 * 1024)
+        .await
+        .unwrap_or_default();
+    let mut record = crate::extras::record_of(&parts, body.clone());
+    record.protocol = Some(protocol);
+    let response = respond(&state, protocol, &parts.headers, &mut record).await;
+    record.status = response.status().as_u16();
+    state.record(record);
+    response
+}
+
+async fn respond(
+    state: &State,
+    protocol: Protocol,
+    headers: &HeaderMap,
+    record: &mut RecordedRequest,
+) -> Response {
+    let config = state.config();
+    let key = match validate::credential(protocol, headers) {
+        Ok(key) => key,
+        Err(response) => return response,
+    };
+    if protocol == Protocol::Anthropic && !headers.contains_key("anthropic-version") {
+        return error(
+            protocol,
+            StatusCode::BAD_REQUEST,
+            "anthropic-version: header is required",
+        );
+    }
+    let Ok(request) = serde_json::from_slice::<Value>(&record.body) else {
+        return malformed(protocol);
+    };
+    record.json = Some(request.clone());
+    record.kind = classify(config.summary_marker.as_deref(), protocol, &request);
+    match state.take_script(record.kind) {
+        Some(Scripted::Respond {
+            status,
+            headers,
+            body,
+            ..
+        }) => return raw(status, &headers, body),
+        Some(Scripted::Delay { delay, .. }) => tokio::time::sleep(delay).await,
+        Some(Scripted::StreamError { data, .. }) if request["stream"] == true => {
+            return sse::single_event(&data)
+        }
+        _ => {}
+    }
+    if let Err(message) =
+        validate::request(protocol, &request, &key, &record.body, &config, record.kind)
+    {
+        return error(protocol, StatusCode::BAD_REQUEST, &message);
+    }
+    let tokens = crate::replies::count_tokens(protocol, &request);
+    record.input_tokens = Some(tokens);
+    let model = request["model"].as_str().unwrap_or_default();
+    let window = config
+        .context_windows
+        .get(model)
+        .copied()
+        .unwrap_or(config.default_context_window);
+    if let Some(message) = overflow(protocol, &request, tokens, window) {
+        return overflow_error(protocol, &message);
+    }
+    if record.kind == RequestKind::Summary {
+        tokio::time::sleep(config.summary_delay).await;
+    }
+    tokio::time::sleep(config.first_byte_delay).await;
+    let reply = Reply::new(
+        protocol,
+        &request,
+        &record.body,
+        &config,
+        record.kind,
+        tokens,
+    );
+    if request["stream"] == true {
+        sse::stream(protocol, &request, reply, &config)
+    } else {
+        axum::Json(reply.to_json(protocol)).into_response()
+    }
+}
+
+fn classify(marker: Option<&str>, protocol: Protocol, request: &Value) -> RequestKind {
+    let Some(marker) = marker else {
+        return RequestKind::Chat;
+    };
+    let token = format!("{marker} REQUEST");
+    let prompt = match protocol {
+        Protocol::OpenAi => request["messages"]
+            .get(0)
+            .map(Value::to_string)
+            .unwrap_or_default(),
+        Protocol::Anthropic => format!(
+            "{}{}",
+            request["system"],
+            request["messages"].get(0).unwrap_or(&Value::Null)
+        ),
+    };
+    if prompt.contains(&token) {
+        RequestKind::Summary
+    } else {
+        RequestKind::Chat
+    }
+}
+
+/// The real APIs' overflow messages, input first, then input + output.
+fn overflow(protocol: Protocol, request: &Value, tokens: u64, window: u64) -> Option<String> {
+    let output = ["max_completion_tokens", "max_tokens"]
+        .iter()
+        .find_map(|k| request[*k].as_u64())
+        .unwrap_or(0);
+    match protocol {
+        Protocol::OpenAi if tokens > window => Some(format!(
+            "This model's maximum context length is {window} tokens. However, your messages resulted in {tokens} tokens. Please reduce the length of the messages."
+        )),
+        Protocol::OpenAi if tokens + output > window => Some(format!(
+            "This model's maximum context length is {window} tokens. However, you requested {} tokens ({tokens} in the messages, {output} in the completion). Please reduce the length of the messages or completion.",
+            tokens + output
+        )),
+        Protocol::Anthropic if tokens > window => Some(format!("prompt is too long: {tokens} tokens > {window} maximum")),
+        Protocol::Anthropic if tokens + output > window => Some(format!(
+            "input length and `max_tokens` exceed context limit: {tokens} + {output} > {window}, decrease input length or `max_tokens` and try again"
+        )),
+        _ => None,
+    }
+}
+
+fn overflow_error(protocol: Protocol, message: &str) -> Response {
+    match protocol {
+        Protocol::OpenAi => {
+            let body = json!({"error": {"message": message, "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}});
+            (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
+        }
+        Protocol::Anthropic => error(protocol, StatusCode::BAD_REQUEST, message),
+    }
+}
+
+/// An error in the protocol's own shape.
+pub fn error(protocol: Protocol, status: StatusCode, message: &str) -> Response {
+    let body = match protocol {
+        Protocol::OpenAi => {
+            json!({"error": {"message": message, "type": "invalid_request_error", "param": null, "code": null}})
+        }
+        Protocol::Anthropic => {
+            let kind = if status == StatusCode::UNAUTHORIZED {
+                "authentication_error"
+            } else {
+                "invalid_request_error"
+            };
+            json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_011CFakeUpstream0000000"})
+        }
+    };
+    (status, axum::Json(body)).into_response()
+}
+
+fn malformed(protocol: Protocol) -> Response {
+    let message = match protocol {
+        Protocol::OpenAi => "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON. If you have trouble figuring out how to fix this, please contact us through our help center at help.openai.com.)",
+        Protocol::Anthropic => "There was an issue with your request body: invalid JSON",
+    };
+    error(protocol, StatusCode::BAD_REQUEST, message)
+}
+
+fn raw(status: u16, headers: &[(String, String)], body: String) -> Response {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() =
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    for (name, value) in headers {
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::try_from(name.as_str()),
+            http::HeaderValue::try_from(value.as_str()),
+        ) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
+}

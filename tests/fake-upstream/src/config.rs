@@ -1,0 +1,41 @@
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// How the fake behaves; every field has a default.
+#[derive(Debug, Clone)]
+pub struct FakeConfig {
+    pub default_context_window: u64,
+    pub context_windows: HashMap<String, u64>,
+    /// When set, requests whose prompt holds `"{marker} REQUEST"` are
+    /// summary calls, and chat requests are checked for one separate,
+    /// correctly placed summary message starting with the marker.
+    pub summary_marker: Option<String>,
+    /// Before the response headers.
+    pub first_byte_delay: Duration,
+    /// Between SSE events.
+    pub chunk_delay: Duration,
+    /// Extra delay before answering a summary call.
+    pub summary_delay: Duration,
+    /// Content deltas a streamed reply is split into.
+    pub stream_chunks: usize,
+    /// Fixed assistant text; by default derived from the request.
+    pub reply_text: Option<String>,
+    /// Length of a summary reply in tokens (capped by its `max_tokens`).
+    pub summary_reply_tokens: u64,
+}
+
+impl Default for FakeConfig {
+    fn default() -> Self {
+        Self {
+            default_context_window: 8192,
+            context_windows: HashMap::new(),
+            summary_marker: None,
+            first_byte_delay: Duration::ZERO,
+            chunk_delay: Duration::ZERO,
+            summary_delay: Duration::ZERO,
+            stream_chunks: 4,
+            reply_text: None,
+            summary_reply_tokens: 200,
+        }
+    }
+}

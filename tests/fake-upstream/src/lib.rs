@@ -1,0 +1,102 @@
+//! A scripted, strict stand-in for the OpenAI Chat Completions and Anthropic
+//! Messages APIs. It answers with the real APIs' shapes, SSE framing and
+//! error bodies, counts tokens deterministically (`ceil(bytes / 4)` of the
+//! prompt JSON plus 3 per message), refuses what the real APIs refuse (broken
+//! tool pairs, altered thinking signatures, missing auth) and also checks
+//! Condenser's own invariants (no credential in a body, one separate summary
+//! message), so a proxy bug turns into a 400 here as it would upstream.
+
+mod chat;
+mod config;
+mod extras;
+mod replies;
+mod sse;
+mod state;
+mod validate;
+
+use axum::routing::{get, post};
+use axum::Router;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub use config::FakeConfig;
+pub use state::{Protocol, RecordedRequest, RequestKind, Scripted};
+
+pub struct FakeUpstream {
+    addr: SocketAddr,
+    state: Arc<state::State>,
+}
+
+impl FakeUpstream {
+    /// Serves on a random local port until dropped with the runtime.
+    pub async fn start(config: FakeConfig) -> FakeUpstream {
+        Self::start_on(config, SocketAddr::from(([127, 0, 0, 1], 0)))
+            .await
+            .expect("fake upstream binds")
+    }
+
+    pub async fn start_on(config: FakeConfig, addr: SocketAddr) -> anyhow::Result<FakeUpstream> {
+        let state = Arc::new(state::State::new(config));
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let app = router(state.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Ok(FakeUpstream { addr, state })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The Anthropic SDK convention: no version in the base URL.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The OpenAI SDK convention: the base URL ends in `/v1`.
+    pub fn openai_base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.state.log()
+    }
+
+    pub fn chat_requests(&self) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.kind == RequestKind::Chat)
+            .collect()
+    }
+
+    pub fn summary_requests(&self) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.kind == RequestKind::Summary)
+            .collect()
+    }
+
+    pub fn clear_requests(&self) {
+        self.state.clear();
+    }
+
+    pub fn push_script(&self, script: Scripted) {
+        self.state.push_script(script);
+    }
+
+    pub fn set_context_window(&self, model: &str, tokens: u64) {
+        self.state.set_window(model, tokens);
+    }
+}
+
+fn router(state: Arc<state::State>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat::openai))
+        .route("/v1/messages", post(chat::anthropic))
+        .route("/v1/messages/count_tokens", post(extras::count_tokens))
+        .route("/v1/models", get(extras::models))
+        .route("/v1/embeddings", post(extras::embeddings))
+        .route("/v1/echo", post(extras::echo))
+        .route("/v1/slow-stream", get(extras::slow_stream))
+        .with_state(state)
+}

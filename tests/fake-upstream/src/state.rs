@@ -1,0 +1,125 @@
+use crate::config::FakeConfig;
+use bytes::Bytes;
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestKind {
+    /// A chat or messages call that is not a summary call.
+    Chat,
+    /// A chat or messages call carrying the summary marker's request token.
+    Summary,
+    Other,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    OpenAi,
+    Anthropic,
+}
+
+#[derive(Debug, Clone)]
+pub struct RecordedRequest {
+    pub method: String,
+    pub path: String,
+    pub query: Option<String>,
+    /// Lower-case names, as received.
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+    pub json: Option<serde_json::Value>,
+    pub kind: RequestKind,
+    pub protocol: Option<Protocol>,
+    /// What the fake answered.
+    pub status: u16,
+    pub input_tokens: Option<u64>,
+}
+
+impl RecordedRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Overrides consumed, first in first out, by the next request of their kind.
+#[derive(Debug, Clone)]
+pub enum Scripted {
+    Respond {
+        kind: RequestKind,
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: String,
+    },
+    Delay {
+        kind: RequestKind,
+        delay: Duration,
+    },
+    /// HTTP 200 with this SSE `data:` payload as the first event, for streamed requests.
+    StreamError {
+        kind: RequestKind,
+        data: String,
+    },
+}
+
+impl Scripted {
+    fn kind(&self) -> RequestKind {
+        match self {
+            Self::Respond { kind, .. }
+            | Self::Delay { kind, .. }
+            | Self::StreamError { kind, .. } => *kind,
+        }
+    }
+}
+
+pub struct State {
+    pub config: Mutex<FakeConfig>,
+    log: Mutex<Vec<RecordedRequest>>,
+    scripts: Mutex<VecDeque<Scripted>>,
+}
+
+impl State {
+    pub fn new(config: FakeConfig) -> Self {
+        Self {
+            config: Mutex::new(config),
+            log: Mutex::default(),
+            scripts: Mutex::default(),
+        }
+    }
+
+    pub fn config(&self) -> FakeConfig {
+        self.config.lock().expect("config lock").clone()
+    }
+
+    pub fn set_window(&self, model: &str, tokens: u64) {
+        self.config
+            .lock()
+            .expect("config lock")
+            .context_windows
+            .insert(model.to_string(), tokens);
+    }
+
+    pub fn record(&self, request: RecordedRequest) {
+        self.log.lock().expect("log lock").push(request);
+    }
+
+    pub fn log(&self) -> Vec<RecordedRequest> {
+        self.log.lock().expect("log lock").clone()
+    }
+
+    pub fn clear(&self) {
+        self.log.lock().expect("log lock").clear();
+    }
+
+    pub fn push_script(&self, script: Scripted) {
+        self.scripts.lock().expect("script lock").push_back(script);
+    }
+
+    pub fn take_script(&self, kind: RequestKind) -> Option<Scripted> {
+        let mut scripts = self.scripts.lock().expect("script lock");
+        let index = scripts.iter().position(|s| s.kind() == kind)?;
+        scripts.remove(index)
+    }
+}
