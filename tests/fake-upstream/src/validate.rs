@@ -10,6 +10,9 @@ use serde_json::Value;
 const NO_OPENAI_KEY: &str = "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), or as the password field (i.e. Authorization: Basic ...";
 
 /// The caller's key, or the real 401.
+// The error is the response itself, returned once per request: boxing it
+// would buy nothing.
+#[allow(clippy::result_large_err)]
 pub fn credential(protocol: Protocol, headers: &HeaderMap) -> Result<String, Response> {
     let header = |name: &str| {
         headers
