@@ -1,5 +1,5 @@
 //! Command line: `condenser [serve]`, `check-config`, `migrate`,
-//! `conversations list|show`. Flags are the last configuration layer.
+//! `healthcheck`, `conversations list|show`. Flags are the last configuration layer.
 
 use crate::config::LogFormat;
 use clap::{Parser, Subcommand};
@@ -36,6 +36,9 @@ pub enum Command {
     CheckConfig,
     /// Apply database migrations and exit.
     Migrate,
+    /// Ask a running instance's /healthz (at the configured listen address)
+    /// and exit 0 when it answers 200: a container HEALTHCHECK without curl.
+    Healthcheck,
     /// Inspect stored conversations.
     #[command(subcommand)]
     Conversations(ConversationsCommand),

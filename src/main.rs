@@ -38,6 +38,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
         Command::CheckConfig => {
             eprintln!("configuration is valid:\n{settings:#?}");
         }
+        Command::Healthcheck => condenser::admin::healthcheck(settings.listen).await?,
         Command::Migrate | Command::Conversations(_) => {
             condenser::admin::run(command, &settings).await?
         }
