@@ -1,0 +1,267 @@
+//! Compaction through the real proxy against the strict fake upstream, on
+//! both storage backends. The fake rejects, as the real APIs do, any request
+//! with broken tool pairs, and rejects a misplaced or duplicated summary.
+
+use crate::helpers::agent::{filler, text, Agent, Dialect};
+use crate::helpers::app::{spawn_app_with, Options, TestApp};
+use crate::helpers::db::{both_backends, TestBackend};
+use condenser::protocol::SUMMARY_MARKER;
+use fake_upstream::{RequestKind, Scripted};
+use pretty_assertions::assert_eq;
+use serde_json::{json, Value};
+
+const MODEL: &str = "gpt-4o-mini";
+
+fn small_window(backend: TestBackend) -> Options {
+    Options::on(backend)
+        .window(MODEL, 4_000)
+        .settings(json!({"compaction": {"summary_max_tokens": 300}}))
+}
+
+/// The messages of the last request the upstream accepted.
+fn last_accepted(app: &TestApp) -> Vec<Value> {
+    let accepted = app
+        .upstream
+        .chat_requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.status == 200)
+        .expect("an accepted request");
+    accepted.json.expect("json")["messages"]
+        .as_array()
+        .expect("messages")
+        .clone()
+}
+
+both_backends!(
+    a_long_tool_using_agent_never_sees_an_overflow,
+    the_summary_is_one_separate_message_after_the_unchanged_system_prompt,
+    a_tool_result_larger_than_the_window_is_trimmed_without_looping,
+    summaries_stay_flat_and_bounded_over_many_compactions,
+    every_compacted_message_reaches_a_summary_call,
+    a_restarted_proxy_reuses_the_stored_compaction,
+    errors_that_are_not_overflows_pass_through_untouched,
+    a_failed_summary_returns_the_original_overflow_error,
+);
+
+async fn a_long_tool_using_agent_never_sees_an_overflow(backend: TestBackend) {
+    let app = spawn_app_with(small_window(backend)).await;
+    let mut agent = Agent::new(Dialect::OpenAi, MODEL, 1_500, 3);
+    let mut compactions = 0;
+    for turn in 1..=30 {
+        for step in agent.turn(&app, turn).await {
+            assert_eq!(step.status, 200, "turn {turn}: {}", step.body);
+            compactions += step.compactions;
+        }
+    }
+    assert!(
+        compactions >= 5,
+        "the history outgrew the window many times, yet only {compactions} compactions"
+    );
+    let total: usize = agent.messages.iter().map(|m| m.to_string().len()).sum();
+    assert!(
+        total > 4 * 4_000 * 5,
+        "the conversation grew to many windows ({total} bytes)"
+    );
+}
+
+async fn the_summary_is_one_separate_message_after_the_unchanged_system_prompt(
+    backend: TestBackend,
+) {
+    let app = spawn_app_with(small_window(backend)).await;
+    let mut agent = Agent::new(Dialect::OpenAi, MODEL, 1_500, 3);
+    let mut turn = 0;
+    while app.upstream.summary_requests().is_empty() {
+        turn += 1;
+        agent.turn(&app, turn).await;
+        assert!(turn < 20, "no compaction happened");
+    }
+    let messages = last_accepted(&app);
+    assert_eq!(
+        messages[0],
+        json!({"role": "system", "content": agent.system})
+    );
+    assert_eq!(messages[1]["role"], "user");
+    assert!(text(&messages[1]).starts_with(SUMMARY_MARKER));
+    let marked = messages
+        .iter()
+        .filter(|m| text(m).contains(SUMMARY_MARKER))
+        .count();
+    assert_eq!(marked, 1);
+}
+
+async fn a_tool_result_larger_than_the_window_is_trimmed_without_looping(backend: TestBackend) {
+    let app = spawn_app_with(small_window(backend)).await;
+    let mut agent = Agent::new(Dialect::OpenAi, MODEL, 100, 1);
+    agent.say("Read the log. [tools]");
+    assert_eq!(agent.send(&app).await.status, 200);
+    agent.answer_tools(&filler(60_000, 7));
+    app.upstream.clear_requests();
+    let step = agent.send(&app).await;
+    let attempts = app.upstream.chat_requests().len();
+    assert!(
+        attempts <= 3,
+        "max_compactions + 1 attempts at most, saw {attempts}"
+    );
+    if step.status == 200 {
+        let messages = last_accepted(&app);
+        let tool = messages
+            .iter()
+            .find(|m| m["role"] == "tool")
+            .expect("the tool result is kept, trimmed");
+        assert!(
+            text(tool).contains("condenser trimmed"),
+            "an explicit elision marker"
+        );
+    } else {
+        assert_eq!(step.body["error"]["code"], "context_length_exceeded");
+    }
+}
+
+async fn summaries_stay_flat_and_bounded_over_many_compactions(backend: TestBackend) {
+    let options =
+        small_window(backend).settings(json!({"compaction": {"summary_max_tokens": 100}}));
+    let app = spawn_app_with(options).await;
+    let mut agent = Agent::new(Dialect::OpenAi, MODEL, 1_500, 2);
+    let mut turn = 0;
+    while app.upstream.summary_requests().len() < 30 {
+        turn += 1;
+        for step in agent.turn(&app, turn).await {
+            assert_eq!(step.status, 200, "turn {turn}");
+        }
+        assert!(turn < 200, "compactions stopped happening");
+    }
+    for summary_call in app.upstream.summary_requests() {
+        assert_eq!(summary_call.json.expect("json")["max_tokens"], 100);
+    }
+    for request in app.upstream.chat_requests() {
+        let body = String::from_utf8_lossy(&request.body).to_string();
+        assert!(
+            body.matches(SUMMARY_MARKER).count() <= 1,
+            "a summary nested inside another"
+        );
+    }
+    let summary = text(&last_accepted(&app)[1]);
+    assert!(
+        summary.len() < 100 * 4 + 400,
+        "summary grew to {} bytes",
+        summary.len()
+    );
+}
+
+async fn every_compacted_message_reaches_a_summary_call(backend: TestBackend) {
+    let app = spawn_app_with(small_window(backend)).await;
+    let mut agent = Agent::new(Dialect::OpenAi, MODEL, 1_500, 3);
+    for turn in 1..=12 {
+        agent.turn(&app, turn).await;
+    }
+    let summarized: String = app
+        .upstream
+        .summary_requests()
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.body).to_string())
+        .collect();
+    let kept = serde_json::to_string(&last_accepted(&app)).expect("json");
+    for message in agent.messages.iter().filter(|m| m["role"] == "tool") {
+        let seed = text(message)
+            .split_whitespace()
+            .nth(7)
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            seed.starts_with("fact-"),
+            "filler seed in {}",
+            text(message)
+        );
+        assert!(
+            kept.contains(&seed) || summarized.contains(&seed),
+            "{seed} was dropped without being summarized"
+        );
+    }
+}
+
+async fn a_restarted_proxy_reuses_the_stored_compaction(backend: TestBackend) {
+    let mut app = spawn_app_with(small_window(backend)).await;
+    let mut agent = Agent::new(Dialect::OpenAi, MODEL, 1_500, 3);
+    let mut turn = 0;
+    while app.upstream.summary_requests().is_empty() {
+        turn += 1;
+        agent.turn(&app, turn).await;
+    }
+    let summaries = app.upstream.summary_requests().len();
+    app.restart().await;
+    agent.say("One more question, no tools.");
+    let response = app.post_chat(&agent.request()).await;
+    assert_eq!(response.status(), 200);
+    let compacted: i64 = response.headers()["x-condenser-compacted-messages"]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("number");
+    assert!(compacted > 0);
+    assert_eq!(response.headers()["x-condenser-compactions"], "0");
+    assert_eq!(
+        app.upstream.summary_requests().len(),
+        summaries,
+        "no new summary call after the restart"
+    );
+}
+
+async fn errors_that_are_not_overflows_pass_through_untouched(backend: TestBackend) {
+    let app = spawn_app_with(small_window(backend)).await;
+    let request = Agent::new(Dialect::OpenAi, MODEL, 10, 0).request();
+    let rate_limit = r#"{"error":{"message":"Rate limit reached for gpt-4o-mini","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
+    app.upstream.push_script(Scripted::Respond {
+        kind: RequestKind::Chat,
+        status: 429,
+        headers: vec![("retry-after".into(), "7".into())],
+        body: rate_limit.into(),
+    });
+    let response = app.post_chat(&request).await;
+    assert_eq!(response.status(), 429);
+    assert_eq!(response.headers()["retry-after"], "7");
+    assert_eq!(response.text().await.expect("body"), rate_limit);
+    let invalid = r#"{"error":{"message":"Invalid value for 'temperature'","type":"invalid_request_error","param":"temperature","code":"invalid_value"}}"#;
+    app.upstream.push_script(Scripted::Respond {
+        kind: RequestKind::Chat,
+        status: 400,
+        headers: vec![],
+        body: invalid.into(),
+    });
+    let response = app.post_chat(&request).await;
+    assert_eq!(response.status(), 400);
+    assert_eq!(response.text().await.expect("body"), invalid);
+    assert!(app.upstream.summary_requests().is_empty());
+}
+
+async fn a_failed_summary_returns_the_original_overflow_error(backend: TestBackend) {
+    let app = spawn_app_with(small_window(backend)).await;
+    let mut agent = Agent::new(Dialect::OpenAi, MODEL, 1_500, 3);
+    for _ in 0..3 {
+        app.upstream.push_script(Scripted::Respond {
+            kind: RequestKind::Summary,
+            status: 500,
+            headers: vec![],
+            body: r#"{"error":{"message":"The server had an error","type":"server_error","param":null,"code":null}}"#.into(),
+        });
+    }
+    let mut turn = 0;
+    let failed = loop {
+        turn += 1;
+        let steps = agent.turn(&app, turn).await;
+        if let Some(step) = steps.into_iter().find(|s| s.status != 200) {
+            break step;
+        }
+        assert!(turn < 20, "never overflowed");
+    };
+    assert_eq!(failed.status, 400);
+    assert_eq!(
+        failed.body["error"]["code"], "context_length_exceeded",
+        "the upstream's own overflow error"
+    );
+    assert_eq!(
+        app.upstream.summary_requests().len(),
+        1,
+        "a failed summary is not retried in a loop"
+    );
+}

@@ -1,0 +1,192 @@
+//! Several instances behind nginx sharing one Postgres: one summary per
+//! prefix, a dead summarizer replaced, rolling restarts losing nothing.
+
+use crate::helpers::agent::{Agent, Dialect};
+use crate::helpers::app::OPENAI_KEY;
+use crate::helpers::fleet::{metric, Fleet};
+use fake_upstream::{FakeConfig, FakeUpstream};
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use std::time::Duration;
+
+const MODEL: &str = "gpt-4o-mini";
+
+async fn fake(summary_delay: Duration) -> FakeUpstream {
+    let mut config = FakeConfig {
+        summary_marker: Some(condenser::protocol::SUMMARY_MARKER.into()),
+        summary_delay,
+        ..FakeConfig::default()
+    };
+    config.context_windows.insert(MODEL.into(), 3_000);
+    FakeUpstream::start(config).await
+}
+
+/// One conversation that overflows a 3,000-token window.
+fn overflowing_request() -> serde_json::Value {
+    let mut agent = Agent::new(Dialect::OpenAi, MODEL, 0, 0);
+    for i in 0..30 {
+        agent.say(&format!("note {i}: {}", "lorem ipsum dolor ".repeat(30)));
+        agent
+            .messages
+            .push(json!({"role": "assistant", "content": format!("noted {i}")}));
+    }
+    agent.say("And now?");
+    agent.request()
+}
+
+async fn post(
+    client: &reqwest::Client,
+    url: String,
+    body: &serde_json::Value,
+) -> reqwest::Response {
+    client
+        .post(url)
+        .bearer_auth(OPENAI_KEY)
+        .json(body)
+        .send()
+        .await
+        .expect("answers")
+}
+
+#[tokio::test]
+async fn concurrent_overflows_through_nginx_make_one_summary() {
+    let upstream = fake(Duration::from_millis(1500)).await;
+    let env = [
+        ("CONDENSER_OPENAI_BASE_URL", upstream.openai_base_url()),
+        ("CONDENSER_SUMMARY_MAX_TOKENS", "300".into()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let fleet = Fleet::start(3, &env).await;
+    let client = reqwest::Client::new();
+    let body = overflowing_request();
+    let requests = (0..12).map(|_| post(&client, fleet.url("/v1/chat/completions"), &body));
+    let responses = futures_util::future::join_all(requests).await;
+    for response in responses {
+        assert_eq!(response.status(), 200, "{:?}", response.headers());
+    }
+    // A long prefix is summarized in several chained calls (one per chunk
+    // that fits the window); a second summarizer would start its own chain
+    // from "(none)" and repeat the first call byte for byte.
+    let summaries = upstream.summary_requests();
+    let fresh_starts = summaries
+        .iter()
+        .filter(|r| String::from_utf8_lossy(&r.body).contains("<previous_summary>\\n(none)"))
+        .count();
+    assert_eq!(fresh_starts, 1, "exactly one summarizer for the prefix");
+    let distinct: std::collections::HashSet<_> = summaries.iter().map(|r| &r.body).collect();
+    assert_eq!(
+        distinct.len(),
+        summaries.len(),
+        "no summary call was repeated"
+    );
+    let mut stored = 0.0;
+    let mut reused = 0.0;
+    for instance in &fleet.instances {
+        stored += metric(
+            &client,
+            instance,
+            "condenser_compactions_total",
+            "outcome=\"stored\"",
+        )
+        .await;
+        reused += metric(
+            &client,
+            instance,
+            "condenser_compactions_total",
+            "outcome=\"reused\"",
+        )
+        .await;
+    }
+    assert_eq!(stored, 1.0, "/metrics shows the single summary");
+    assert!(
+        reused >= 1.0,
+        "/metrics shows the waiting instances reusing it"
+    );
+}
+
+#[tokio::test]
+async fn a_summarizer_killed_holding_the_lease_is_replaced_after_expiry() {
+    let upstream = fake(Duration::from_secs(3)).await;
+    let env = [
+        ("CONDENSER_OPENAI_BASE_URL", upstream.openai_base_url()),
+        ("CONDENSER__COMPACTION__LEASE_TTL", "2s".to_string()),
+        ("CONDENSER_SUMMARY_MAX_TOKENS", "300".into()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let fleet = Fleet::start(2, &env).await;
+    let client = reqwest::Client::new();
+    let body = overflowing_request();
+    let doomed = client
+        .post(fleet.instances[0].url("/v1/chat/completions"))
+        .bearer_auth(OPENAI_KEY)
+        .json(&body)
+        .send();
+    let doomed = tokio::spawn(doomed);
+    // Instance 0 holds the lease once it reports the overflow; its summary
+    // call then sleeps 3 s at the upstream.
+    while !fleet.instances[0]
+        .log_text()
+        .contains("upstream reported context overflow")
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    fleet.instances[0].signal("KILL");
+    if let Ok(response) = doomed.await.expect("joins") {
+        panic!(
+            "the killed instance's client got an answer instead of a dropped connection: {} {:?}",
+            response.status(),
+            response.text().await
+        );
+    }
+    let response = post(
+        &client,
+        fleet.instances[1].url("/v1/chat/completions"),
+        &body,
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-condenser-compactions"], "1");
+    let compactions = fleet.db.count("select count(*) from compactions").await;
+    assert_eq!(
+        compactions, 1,
+        "one complete compaction, no duplicate or partial one"
+    );
+}
+
+#[tokio::test]
+async fn a_rolling_restart_loses_no_request_and_no_message() {
+    let upstream = fake(Duration::ZERO).await;
+    let env = [("CONDENSER_OPENAI_BASE_URL", upstream.openai_base_url())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut fleet = Fleet::start(2, &env).await;
+    let url = fleet.url("/v1/chat/completions");
+    let load = tokio::spawn(async move {
+        let client = reqwest::Client::new();
+        let mut sent = 0;
+        for i in 0..120 {
+            let body = json!({"model": MODEL, "messages": [{"role": "user", "content": format!("request {i}")}]});
+            let response = post(&client, url.clone(), &body).await;
+            assert_eq!(
+                response.status(),
+                200,
+                "request {i} failed during the rolling restart"
+            );
+            sent += 1;
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        sent
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for index in 0..fleet.instances.len() {
+        fleet.replace(index, "TERM");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let sent = load.await.expect("load finished");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stored = fleet
+        .db
+        .count("select count(*) from messages where position = 1")
+        .await;
+    assert_eq!(stored, sent, "every request's message was stored");
+}

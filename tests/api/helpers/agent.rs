@@ -1,0 +1,176 @@
+//! A scripted tool-using agent: each turn is a user message that asks for
+//! tools, then several tool rounds, then the model's final answer, with the
+//! whole history resent on every request as real clients do. It speaks
+//! either protocol.
+
+use super::app::TestApp;
+use serde_json::{json, Value};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    OpenAi,
+    Anthropic,
+}
+
+pub struct Agent {
+    pub dialect: Dialect,
+    pub messages: Vec<Value>,
+    pub system: String,
+    pub model: String,
+    /// Filler per tool result, to make the history grow.
+    pub result_bytes: usize,
+    pub rounds_per_turn: usize,
+    /// Extra top-level request fields (e.g. `thinking`).
+    pub extra: Value,
+}
+
+/// What the agent saw for one request.
+pub struct Step {
+    pub status: u16,
+    pub compactions: u32,
+    pub body: Value,
+}
+
+impl Agent {
+    pub fn new(dialect: Dialect, model: &str, result_bytes: usize, rounds_per_turn: usize) -> Self {
+        Self {
+            dialect,
+            messages: Vec::new(),
+            system: "You are a coding agent. Use tools to inspect the repository.".into(),
+            model: model.into(),
+            result_bytes,
+            rounds_per_turn,
+            extra: json!({}),
+        }
+    }
+
+    pub fn request(&self) -> Value {
+        let mut request = match self.dialect {
+            Dialect::OpenAi => {
+                let mut messages = vec![json!({"role": "system", "content": self.system})];
+                messages.extend(self.messages.iter().cloned());
+                json!({"model": self.model, "messages": messages, "max_tokens": 256, "tools": [{"type": "function", "function": {
+                    "name": "read_file", "description": "Read a file",
+                    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]})
+            }
+            Dialect::Anthropic => {
+                json!({"model": self.model, "system": self.system, "messages": self.messages, "max_tokens": 256,
+                "tools": [{"name": "read_file", "description": "Read a file",
+                    "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]})
+            }
+        };
+        for (key, value) in self.extra.as_object().into_iter().flatten() {
+            request[key] = value.clone();
+        }
+        request
+    }
+
+    /// Sends the history; appends the assistant's reply.
+    pub async fn send(&mut self, app: &TestApp) -> Step {
+        let request = self.request();
+        let response = match self.dialect {
+            Dialect::OpenAi => app.post_chat(&request).await,
+            Dialect::Anthropic => app.post_messages(&request).await,
+        };
+        let status = response.status().as_u16();
+        let compactions = response
+            .headers()
+            .get("x-condenser-compactions")
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .unwrap_or(0);
+        let body: Value = response.json().await.expect("json body");
+        if status == 200 {
+            self.messages.push(match self.dialect {
+                Dialect::OpenAi => body["choices"][0]["message"].clone(),
+                Dialect::Anthropic => json!({"role": "assistant", "content": body["content"]}),
+            });
+        }
+        Step {
+            status,
+            compactions,
+            body,
+        }
+    }
+
+    pub fn say(&mut self, text: &str) {
+        self.messages.push(json!({"role": "user", "content": text}));
+    }
+
+    /// Tool call ids of the last assistant message.
+    fn pending_calls(&self) -> Vec<String> {
+        let Some(last) = self.messages.last() else {
+            return Vec::new();
+        };
+        let ids = match self.dialect {
+            Dialect::OpenAi => last["tool_calls"].as_array().cloned().unwrap_or_default(),
+            Dialect::Anthropic => last["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|b| b["type"] == "tool_use")
+                .cloned()
+                .collect(),
+        };
+        ids.iter()
+            .filter_map(|call| call["id"].as_str().map(String::from))
+            .collect()
+    }
+
+    pub fn answer_tools(&mut self, content: &str) {
+        let calls = self.pending_calls();
+        match self.dialect {
+            Dialect::OpenAi => {
+                for id in calls {
+                    self.messages
+                        .push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+                }
+            }
+            Dialect::Anthropic => {
+                let results: Vec<Value> = calls
+                    .iter()
+                    .map(|id| json!({"type": "tool_result", "tool_use_id": id, "content": content}))
+                    .collect();
+                self.messages
+                    .push(json!({"role": "user", "content": results}));
+            }
+        }
+    }
+
+    /// One user turn with its tool rounds; returns every step's outcome.
+    pub async fn turn(&mut self, app: &TestApp, number: usize) -> Vec<Step> {
+        self.say(&format!("Turn {number}: inspect module {number}. [tools]"));
+        let mut steps = Vec::new();
+        for round in 0..=self.rounds_per_turn {
+            let step = self.send(app).await;
+            let status = step.status;
+            steps.push(step);
+            if status != 200 || self.pending_calls().is_empty() {
+                break;
+            }
+            let more = if round + 1 < self.rounds_per_turn {
+                "[more]"
+            } else {
+                "done"
+            };
+            let filler = filler(self.result_bytes, number * 100 + round);
+            self.answer_tools(&format!(
+                "contents of module {number} round {round} {more} {filler}"
+            ));
+        }
+        steps
+    }
+}
+
+/// Deterministic text unique to `seed`, so summaries can be traced to it.
+pub fn filler(bytes: usize, seed: usize) -> String {
+    let word = format!("fact-{seed:05} ");
+    word.repeat(bytes / word.len() + 1)[..bytes].to_string()
+}
+
+/// The text of a message's content, whatever its shape.
+pub fn text(message: &Value) -> String {
+    match &message["content"] {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,153 @@
+//! The real proxy on a random port, in front of the strict fake upstream.
+
+use super::db::{TestBackend, TestDb};
+use condenser::app::Application;
+use condenser::config::Settings;
+use condenser::protocol::SUMMARY_MARKER;
+use fake_upstream::{FakeConfig, FakeUpstream};
+use serde_json::{json, Value};
+
+pub const OPENAI_KEY: &str = "sk-test-openai-0123456789";
+pub const ANTHROPIC_KEY: &str = "sk-ant-test-0123456789";
+
+pub struct TestApp {
+    pub address: String,
+    pub upstream: FakeUpstream,
+    pub client: reqwest::Client,
+    pub db: TestDb,
+    settings: Value,
+}
+
+/// What a test may change before the proxy starts.
+pub struct Options {
+    pub backend: TestBackend,
+    pub fake: FakeConfig,
+    /// Settings as JSON, merged over the defaults the harness sets.
+    pub settings: Value,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        let fake = FakeConfig {
+            summary_marker: Some(SUMMARY_MARKER.to_string()),
+            ..FakeConfig::default()
+        };
+        Self {
+            backend: TestBackend::Sqlite,
+            fake,
+            settings: json!({}),
+        }
+    }
+}
+
+impl Options {
+    pub fn on(backend: TestBackend) -> Self {
+        Self {
+            backend,
+            ..Self::default()
+        }
+    }
+
+    pub fn settings(mut self, patch: Value) -> Self {
+        merge(&mut self.settings, patch);
+        self
+    }
+
+    pub fn window(mut self, model: &str, tokens: u64) -> Self {
+        self.fake.context_windows.insert(model.to_string(), tokens);
+        self
+    }
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(Options::default()).await
+}
+
+pub async fn spawn_app_with(options: Options) -> TestApp {
+    init_test_logging();
+    let upstream = FakeUpstream::start(options.fake).await;
+    let db = TestDb::new(options.backend).await;
+    let mut settings = json!({
+        "listen": "127.0.0.1:0",
+        "openai_base_url": upstream.openai_base_url(),
+        "anthropic_base_url": upstream.base_url(),
+        "database_url": db.url,
+    });
+    merge(&mut settings, options.settings);
+    let address = start_proxy(&settings).await;
+    TestApp {
+        address,
+        upstream,
+        client: reqwest::Client::new(),
+        db,
+        settings,
+    }
+}
+
+async fn start_proxy(settings: &Value) -> String {
+    let settings: Settings =
+        serde_json::from_value(settings.clone()).expect("test settings deserialize");
+    settings.validate().expect("test settings are valid");
+    let app = Application::build(settings)
+        .await
+        .expect("application builds");
+    let address = format!("http://{}", app.local_addr());
+    tokio::spawn(app.run_until(std::future::pending()));
+    address
+}
+
+impl TestApp {
+    /// A new proxy on the same database and upstream, as after a restart:
+    /// nothing survives but what was stored.
+    pub async fn restart(&mut self) {
+        self.address = start_proxy(&self.settings).await;
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.address)
+    }
+
+    /// `POST /v1/chat/completions` as the OpenAI SDK sends it.
+    pub async fn post_chat(&self, body: &Value) -> reqwest::Response {
+        self.client
+            .post(self.url("/v1/chat/completions"))
+            .bearer_auth(OPENAI_KEY)
+            .json(body)
+            .send()
+            .await
+            .expect("proxy answers")
+    }
+
+    /// `POST /v1/messages` as the Anthropic SDK sends it.
+    pub async fn post_messages(&self, body: &Value) -> reqwest::Response {
+        self.client
+            .post(self.url("/v1/messages"))
+            .header("x-api-key", ANTHROPIC_KEY)
+            .header("anthropic-version", "2023-06-01")
+            .json(body)
+            .send()
+            .await
+            .expect("proxy answers")
+    }
+}
+
+/// Deep-merges `patch` into `base` (objects merge, everything else replaces).
+pub fn merge(base: &mut Value, patch: Value) {
+    match (base, patch) {
+        (Value::Object(base), Value::Object(patch)) => {
+            for (key, value) in patch {
+                merge(base.entry(key).or_insert(Value::Null), value);
+            }
+        }
+        (base, patch) => *base = patch,
+    }
+}
+
+/// Logs stay silent unless `TEST_LOG` is set.
+fn init_test_logging() {
+    if std::env::var_os("TEST_LOG").is_some() {
+        let subscriber =
+            condenser::telemetry::get_subscriber(Default::default(), "debug", std::io::stderr);
+        condenser::telemetry::init(subscriber);
+    }
+}

@@ -1,0 +1,108 @@
+//! The real `condenser` binary as a child process, for what only a process
+//! shows: environment variables, signals, log output.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub struct ProxyProcess {
+    pub child: Child,
+    pub address: String,
+    pub logs: Arc<Mutex<Vec<String>>>,
+    _workdir: tempfile::TempDir,
+}
+
+pub fn binary() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_condenser"))
+}
+
+impl ProxyProcess {
+    /// Starts `condenser serve` with JSON logs in a fresh working directory
+    /// and waits for its "listening" line.
+    pub fn start(env: &[(&str, &str)]) -> ProxyProcess {
+        let workdir = tempfile::tempdir().expect("temp dir");
+        let mut command = binary();
+        command
+            .arg("serve")
+            .current_dir(workdir.path())
+            .env("CONDENSER_LISTEN", "127.0.0.1:0")
+            .env("CONDENSER_LOG_FORMAT", "json")
+            .env("RUST_LOG", "debug")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("condenser starts");
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let (address_tx, address_rx) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().expect("piped stderr");
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(address) = listening_address(&line) {
+                    let _ = address_tx.send(address);
+                }
+                sink.lock().expect("log lock").push(line);
+            }
+        });
+        let address = address_rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "condenser did not start listening; logs: {:?}",
+                    logs.lock().expect("log lock")
+                )
+            });
+        ProxyProcess {
+            child,
+            address: format!("http://{address}"),
+            logs,
+            _workdir: workdir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.address)
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status();
+        assert!(status.expect("kill runs").success());
+    }
+
+    /// Waits for exit, at most `limit`; returns the exit status if it exited.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    pub fn log_text(&self) -> String {
+        self.logs.lock().expect("log lock").join("\n")
+    }
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn listening_address(line: &str) -> Option<String> {
+    let event: serde_json::Value = serde_json::from_str(line).ok()?;
+    if event["message"] != "condenser listening" {
+        return None;
+    }
+    event["address"].as_str().map(str::to_string)
+}

@@ -1,0 +1,14 @@
+//! One integration binary (faster to link than one per file), one module per
+//! stage of the request, as in DESIGN.md.
+
+mod anthropic;
+mod compaction;
+mod failures;
+mod fleet;
+mod forwarding;
+mod helpers;
+mod persistence;
+mod process;
+mod sdk;
+mod store;
+mod streaming;

@@ -1,0 +1,137 @@
+//! The binary as users run it: environment, flags, signals, logs.
+
+use crate::helpers::app::{ANTHROPIC_KEY, OPENAI_KEY};
+use crate::helpers::fixtures::load;
+use crate::helpers::process::{binary, ProxyProcess};
+use fake_upstream::{FakeConfig, FakeUpstream};
+use std::time::Duration;
+
+#[test]
+fn a_bad_setting_fails_at_start_with_one_line_naming_the_key() {
+    let output = binary()
+        .arg("check-config")
+        .env("CONDENSER_MAX_COMPACTIONS", "lots")
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("compaction.max_compactions"), "{stderr}");
+
+    let output = binary()
+        .arg("check-config")
+        .env("CONDENSER_OPENAI_BASE_URL", "ftp://x")
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("openai_base_url: must be an http or https URL"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn flags_override_the_environment() {
+    let output = binary()
+        .args(["check-config", "--listen", "127.0.0.1:9999"])
+        .env("CONDENSER_LISTEN", "127.0.0.1:7777")
+        .output()
+        .expect("runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("127.0.0.1:9999"), "{stderr}");
+}
+
+#[tokio::test]
+async fn the_documented_environment_names_configure_the_upstreams() {
+    let fake = FakeUpstream::start(FakeConfig::default()).await;
+    let proxy = ProxyProcess::start(&[
+        ("CONDENSER_OPENAI_BASE_URL", &fake.openai_base_url()),
+        ("CONDENSER_ANTHROPIC_BASE_URL", &fake.base_url()),
+    ]);
+    let client = reqwest::Client::new();
+    let chat = client
+        .post(proxy.url("/v1/chat/completions"))
+        .bearer_auth(OPENAI_KEY)
+        .json(&load("openai/chat_request.json"))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(chat.status(), 200);
+    let messages = client
+        .post(proxy.url("/v1/messages"))
+        .header("x-api-key", ANTHROPIC_KEY)
+        .header("anthropic-version", "2023-06-01")
+        .json(&load("anthropic/messages_request.json"))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(messages.status(), 200);
+    let logs = proxy.log_text();
+    assert!(
+        !logs.contains(OPENAI_KEY) && !logs.contains(ANTHROPIC_KEY),
+        "a credential reached the logs"
+    );
+    assert!(
+        logs.contains("request_id"),
+        "log lines carry the request id"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_lets_an_in_flight_stream_finish() {
+    let fake = FakeUpstream::start(FakeConfig::default()).await;
+    let mut proxy = ProxyProcess::start(&[("CONDENSER_OPENAI_BASE_URL", &fake.openai_base_url())]);
+    let client = reqwest::Client::new();
+    let mut stream = client
+        .get(proxy.url("/v1/slow-stream?chunks=3&delay_ms=700"))
+        .bearer_auth(OPENAI_KEY)
+        .send()
+        .await
+        .expect("answers");
+    let first = stream.chunk().await.expect("reads").expect("first chunk");
+    assert_eq!(&first[..], b"data: chunk 0\n\n");
+    proxy.signal("TERM");
+    let rest = stream
+        .bytes()
+        .await
+        .expect("the stream completes after SIGTERM");
+    assert_eq!(&rest[..], b"data: chunk 1\n\ndata: chunk 2\n\n");
+    let status = proxy
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits after draining");
+    assert!(status.success());
+}
+
+#[test]
+fn healthcheck_succeeds_against_a_running_instance_and_fails_without_one() {
+    let proxy = ProxyProcess::start(&[]);
+    let port = proxy.address.rsplit(':').next().expect("a port");
+    // Containers listen on the wildcard address; the probe goes to loopback.
+    let healthy = binary()
+        .arg("healthcheck")
+        .env("CONDENSER_LISTEN", format!("0.0.0.0:{port}"))
+        .output()
+        .expect("runs");
+    assert!(
+        healthy.status.success(),
+        "{}",
+        String::from_utf8_lossy(&healthy.stderr)
+    );
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
+    let closed_port = closed.local_addr().expect("address").port();
+    drop(closed);
+    let unhealthy = binary()
+        .arg("healthcheck")
+        .env("CONDENSER_LISTEN", format!("127.0.0.1:{closed_port}"))
+        .output()
+        .expect("runs");
+    assert!(!unhealthy.status.success());
+    let stderr = String::from_utf8_lossy(&unhealthy.stderr);
+    assert!(stderr.contains("/healthz"), "{stderr}");
+}

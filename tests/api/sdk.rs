@@ -1,0 +1,46 @@
+//! The official Python SDKs, pointed at the proxy, through a compaction.
+//! `scripts/test` prepares the virtualenv and sets `CONDENSER_TEST_PYTHON`.
+
+use crate::helpers::app::{spawn_app_with, Options, TestApp, ANTHROPIC_KEY, OPENAI_KEY};
+use serde_json::json;
+
+fn python() -> String {
+    std::env::var("CONDENSER_TEST_PYTHON")
+        .expect("CONDENSER_TEST_PYTHON is not set: run the suite with scripts/test, which prepares the SDK virtualenv")
+}
+
+async fn run_script(app: &TestApp, script: &str, key: &str, model: &str) {
+    let path = format!("{}/tests/sdk/{script}", env!("CARGO_MANIFEST_DIR"));
+    let output = tokio::process::Command::new(python())
+        .arg(&path)
+        .env("CONDENSER_URL", &app.address)
+        .env("API_KEY", key)
+        .env("MODEL", model)
+        .output()
+        .await
+        .expect("python runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{script} failed:\n{stderr}");
+    assert!(
+        !app.upstream.summary_requests().is_empty(),
+        "the upstream wrote a summary"
+    );
+}
+
+fn small_window(model: &str) -> Options {
+    Options::default()
+        .window(model, 3_000)
+        .settings(json!({"compaction": {"summary_max_tokens": 300}}))
+}
+
+#[tokio::test]
+async fn the_openai_sdk_works_through_a_compaction() {
+    let app = spawn_app_with(small_window("gpt-4o-mini")).await;
+    run_script(&app, "openai_sdk.py", OPENAI_KEY, "gpt-4o-mini").await;
+}
+
+#[tokio::test]
+async fn the_anthropic_sdk_works_through_a_compaction() {
+    let app = spawn_app_with(small_window("claude-sonnet-4-5")).await;
+    run_script(&app, "anthropic_sdk.py", ANTHROPIC_KEY, "claude-sonnet-4-5").await;
+}

@@ -1,0 +1,113 @@
+//! The store's behaviour, run against SQLite and Postgres alike. Shared
+//! fixtures live here; the tests are grouped by what they exercise.
+
+mod admin;
+mod compactions;
+mod connection;
+mod coordination;
+mod messages;
+
+use condenser::conversation::{ChainHash, TenantId};
+use condenser::store::{Compaction, NewMessage, Store};
+
+/// A conversation as the pipeline would hash it: a root then one message per
+/// body, each hash chained on the previous one.
+pub(super) struct Chain {
+    pub(super) tenant: TenantId,
+    pub(super) messages: Vec<NewMessage>,
+}
+
+impl Chain {
+    pub(super) fn new(credential: &str, bodies: &[String]) -> Chain {
+        let tenant = TenantId::from_credential(b"", Some(credential.as_bytes()));
+        let root = ChainHash::root(&tenant, b"You are terse.");
+        let mut messages = vec![message(
+            root,
+            None,
+            0,
+            r#"{"role":"system","content":"You are terse."}"#,
+        )];
+        for (index, body) in bodies.iter().enumerate() {
+            let parent = messages[index].hash;
+            let position = i64::try_from(index + 1).expect("small index");
+            messages.push(message(
+                parent.next(body.as_bytes()),
+                Some(parent),
+                position,
+                body,
+            ));
+        }
+        Chain { tenant, messages }
+    }
+
+    pub(super) fn hashes(&self) -> Vec<ChainHash> {
+        self.messages.iter().map(|m| m.hash).collect()
+    }
+}
+
+fn message(hash: ChainHash, parent: Option<ChainHash>, position: i64, body: &str) -> NewMessage {
+    let role = if position == 0 {
+        "system"
+    } else if position % 2 == 1 {
+        "user"
+    } else {
+        "assistant"
+    };
+    let token_estimate = i64::try_from(body.len() / 4).expect("small body");
+    NewMessage {
+        hash,
+        parent,
+        position,
+        role: role.to_owned(),
+        body: body.to_owned(),
+        token_estimate,
+    }
+}
+
+pub(super) fn bodies(count: usize, edited: Option<usize>) -> Vec<String> {
+    (1..=count)
+        .map(|n| match edited == Some(n) {
+            true => format!(r#"{{"role":"user","content":"message {n}, edited"}}"#),
+            false => format!(r#"{{"role":"user","content":"message {n}"}}"#),
+        })
+        .collect()
+}
+
+const TRIMS: &str = r#"[{"message_hash":"ab","replacement":{"role":"tool","content":"…"},
+"original_bytes":9000,"kept_bytes":800}]"#;
+
+pub(super) fn compaction(
+    chain: &Chain,
+    prefix_len: usize,
+    base: usize,
+    trigger: &str,
+) -> Compaction {
+    let len = i64::try_from(prefix_len).expect("small prefix");
+    Compaction {
+        prefix_hash: chain.messages[prefix_len].hash,
+        base_hash: chain.messages[base].hash,
+        prefix_len: len,
+        summary: "x".repeat(1946),
+        summary_tokens: 480,
+        messages_compacted: len - i64::try_from(base).expect("small base"),
+        tokens_before: 120_000,
+        tokens_after: 9_000,
+        model: "gpt-4o".to_owned(),
+        trigger: trigger.to_owned(),
+        trims: TRIMS.to_owned(),
+        duration_ms: 8_250,
+        created_at_ms: 1_795_343_467_000,
+    }
+}
+
+pub(super) async fn persist(store: &Store, chain: &Chain, len: usize) -> u64 {
+    let hashes = &chain.hashes()[..len];
+    let stored = store
+        .stored_prefix_len(&chain.tenant, hashes)
+        .await
+        .expect("prefix");
+    store
+        .insert_messages(&chain.tenant, Some("chat-1"), &chain.messages[stored..len])
+        .await
+        .expect("insert")
+}

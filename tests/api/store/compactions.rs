@@ -1,0 +1,78 @@
+//! Compactions: the deepest one of a chain, at most one per prefix, never
+//! another tenant's.
+
+use super::{bodies, compaction, Chain};
+use crate::helpers::db::{both_backends, TestBackend, TestDb};
+use condenser::conversation::TenantId;
+use condenser::store::Compaction;
+use pretty_assertions::assert_eq;
+
+both_backends!(
+    the_deepest_compaction_of_the_chain_wins,
+    a_second_compaction_of_the_same_prefix_is_refused,
+);
+
+async fn the_deepest_compaction_of_the_chain_wins(backend: TestBackend) {
+    let db = TestDb::new(backend).await;
+    let store = db.store().await;
+    let chain = Chain::new("key-a", &bodies(20, None));
+    let other_tenant = TenantId::from_credential(b"", Some(b"key-b"));
+    let (first, second) = (
+        compaction(&chain, 5, 0, "overflow"),
+        compaction(&chain, 12, 5, "threshold"),
+    );
+    for stored in [&second, &first] {
+        assert!(store
+            .insert_compaction(&chain.tenant, stored)
+            .await
+            .expect("insert"));
+    }
+    assert!(store
+        .insert_compaction(&other_tenant, &compaction(&chain, 15, 12, "overflow"))
+        .await
+        .expect("insert"));
+
+    let hashes = chain.hashes();
+    let latest = store
+        .latest_compaction(&chain.tenant, &hashes)
+        .await
+        .expect("latest");
+    let shorter = store
+        .latest_compaction(&chain.tenant, &hashes[..10])
+        .await
+        .expect("latest");
+    let none = store
+        .latest_compaction(&chain.tenant, &hashes[..5])
+        .await
+        .expect("latest");
+
+    assert_eq!(latest, Some(second));
+    assert_eq!(shorter, Some(first));
+    assert_eq!(none, None);
+}
+
+async fn a_second_compaction_of_the_same_prefix_is_refused(backend: TestBackend) {
+    let db = TestDb::new(backend).await;
+    let store = db.store().await;
+    let chain = Chain::new("key-a", &bodies(8, None));
+    let winner = compaction(&chain, 6, 0, "overflow");
+    let loser = Compaction {
+        summary: "another summary".to_owned(),
+        ..winner.clone()
+    };
+
+    assert!(store
+        .insert_compaction(&chain.tenant, &winner)
+        .await
+        .expect("first"));
+    assert!(!store
+        .insert_compaction(&chain.tenant, &loser)
+        .await
+        .expect("second"));
+
+    let stored = store
+        .latest_compaction(&chain.tenant, &chain.hashes())
+        .await
+        .expect("latest");
+    assert_eq!(stored, Some(winner));
+}

@@ -1,0 +1,111 @@
+//! Invariant 6: a streaming client waiting on a summary gets keep-alives,
+//! then a complete, valid stream.
+
+use crate::helpers::agent::{Agent, Dialect};
+use crate::helpers::app::{spawn_app_with, Options, TestApp};
+use condenser::pipeline::KEEPALIVE_COMMENT;
+use fake_upstream::FakeConfig;
+use serde_json::json;
+use std::time::Duration;
+
+async fn slow_summaries(model: &str) -> TestApp {
+    let fake = FakeConfig {
+        summary_delay: Duration::from_secs(4),
+        summary_marker: Some(condenser::protocol::SUMMARY_MARKER.into()),
+        ..FakeConfig::default()
+    };
+    let options = Options {
+        fake,
+        ..Options::default()
+    }
+    .window(model, 3_000)
+    .settings(json!({"compaction": {"summary_max_tokens": 300, "keepalive_interval": "500ms"}}));
+    spawn_app_with(options).await
+}
+
+/// A history that overflows a 3,000-token window.
+fn overflowing(dialect: Dialect, model: &str) -> Agent {
+    let mut agent = Agent::new(dialect, model, 0, 0);
+    for i in 0..30 {
+        agent.say(&format!("note {i}: {}", "lorem ipsum dolor ".repeat(30)));
+        agent.messages.push(match dialect {
+            Dialect::OpenAi => json!({"role": "assistant", "content": format!("noted {i}")}),
+            Dialect::Anthropic => json!({"role": "assistant", "content": [{"type": "text", "text": format!("noted {i}")}]}),
+        });
+    }
+    agent.say("And now?");
+    agent
+}
+
+async fn stream_through(
+    app: &TestApp,
+    dialect: Dialect,
+    model: &str,
+) -> (Vec<bytes::Bytes>, String) {
+    let mut request = overflowing(dialect, model).request();
+    request["stream"] = json!(true);
+    let builder = match dialect {
+        Dialect::OpenAi => app
+            .client
+            .post(app.url("/v1/chat/completions"))
+            .bearer_auth(crate::helpers::app::OPENAI_KEY),
+        Dialect::Anthropic => app
+            .client
+            .post(app.url("/v1/messages"))
+            .header("x-api-key", crate::helpers::app::ANTHROPIC_KEY)
+            .header("anthropic-version", "2023-06-01"),
+    };
+    let mut response = builder.json(&request).send().await.expect("answers");
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let first = response
+        .chunk()
+        .await
+        .expect("reads")
+        .expect("a first chunk");
+    let summaries_answered_at_first_byte = app
+        .upstream
+        .summary_requests()
+        .iter()
+        .filter(|r| r.status == 200)
+        .count();
+    assert_eq!(
+        summaries_answered_at_first_byte, 0,
+        "the first bytes came while the summary was still being written"
+    );
+    let mut chunks = vec![first];
+    while let Some(chunk) = response.chunk().await.expect("reads") {
+        chunks.push(chunk);
+    }
+    let all: String = chunks
+        .iter()
+        .map(|c| String::from_utf8_lossy(c).to_string())
+        .collect();
+    (chunks, all)
+}
+
+#[tokio::test]
+async fn a_streaming_openai_client_gets_keepalives_then_a_complete_stream() {
+    let app = slow_summaries("gpt-4o-mini").await;
+    let (chunks, all) = stream_through(&app, Dialect::OpenAi, "gpt-4o-mini").await;
+    assert_eq!(&chunks[0][..], KEEPALIVE_COMMENT);
+    assert!(
+        all.matches(std::str::from_utf8(KEEPALIVE_COMMENT).expect("utf8"))
+            .count()
+            >= 3
+    );
+    assert!(all.contains("\"finish_reason\":\"stop\""), "{all}");
+    assert!(
+        all.trim_end().ends_with("data: [DONE]") || all.contains("data: [DONE]\n\n"),
+        "{all}"
+    );
+}
+
+#[tokio::test]
+async fn a_streaming_anthropic_client_gets_keepalives_then_a_complete_stream() {
+    let app = slow_summaries("claude-sonnet-4-5").await;
+    let (chunks, all) = stream_through(&app, Dialect::Anthropic, "claude-sonnet-4-5").await;
+    assert_eq!(&chunks[0][..], KEEPALIVE_COMMENT);
+    assert!(all.contains("event: message_start"));
+    assert!(all.contains("event: message_stop"), "{all}");
+}
