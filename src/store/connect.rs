@@ -54,8 +54,41 @@ pub(super) fn sqlite_url(url: &str) -> String {
     format!("{url}{separator}mode=rwc")
 }
 
+/// The file path of a SQLite file URL (`sqlite://state/c.db?x=y` →
+/// `state/c.db`); `None` for in-memory databases.
+fn sqlite_path(url: &str) -> Option<&str> {
+    if is_sqlite_memory(url) {
+        return None;
+    }
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or(rest);
+    (!path.is_empty()).then_some(path)
+}
+
+/// Creates the directory an SQLite file will live in, as SQLite itself
+/// creates only the file.
+fn create_sqlite_directory(url: &str) -> Result<()> {
+    let Some(path) = sqlite_path(url) else {
+        return Ok(());
+    };
+    match std::path::Path::new(path).parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => {
+            std::fs::create_dir_all(parent).map_err(|source| StoreError::SqliteDirectory {
+                path: path.to_owned(),
+                source,
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Opens the pool and checks that the database answers.
 pub(super) async fn open(url: &str, options: &StoreOptions) -> Result<(AnyPool, Backend)> {
+    if backend_of(url)? == Backend::Sqlite {
+        create_sqlite_directory(url)?;
+    }
     let (pool_options, url, backend) = prepare(url, options)?;
     Ok((pool_options.connect(&url).await?, backend))
 }
@@ -178,5 +211,16 @@ mod tests {
         );
         assert_eq!(sqlite_url("sqlite://c.db?mode=ro"), "sqlite://c.db?mode=ro");
         assert_eq!(sqlite_url("sqlite::memory:"), "sqlite::memory:");
+    }
+
+    #[test]
+    fn the_file_path_is_read_from_either_sqlite_url_form() {
+        assert_eq!(
+            sqlite_path("sqlite://state/c.db?mode=rwc"),
+            Some("state/c.db")
+        );
+        assert_eq!(sqlite_path("sqlite:///data/c.db"), Some("/data/c.db"));
+        assert_eq!(sqlite_path("sqlite:c.db"), Some("c.db"));
+        assert_eq!(sqlite_path("sqlite::memory:"), None);
     }
 }

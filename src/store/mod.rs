@@ -46,6 +46,12 @@ pub enum StoreError {
     /// the URL, which may carry a password.
     #[error("unsupported database url scheme: {0}")]
     UnsupportedUrl(String),
+    /// The directory for an SQLite file could not be created.
+    #[error("cannot create the directory for the SQLite file {path}: {source}")]
+    SqliteDirectory {
+        path: String,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Database(#[from] sqlx::Error),
     #[error(transparent)]

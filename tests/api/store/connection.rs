@@ -74,6 +74,18 @@ async fn a_sqlite_file_is_created_in_wal_mode() {
 }
 
 #[tokio::test]
+async fn a_sqlite_file_in_a_missing_directory_gets_its_directory() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("state/nested/condenser.db");
+    let url = format!("sqlite://{}", file.display());
+
+    let store = Store::connect(&url, &StoreOptions::default()).await;
+
+    assert!(store.is_ok(), "{:?}", store.err());
+    assert!(file.exists());
+}
+
+#[tokio::test]
 async fn a_dead_database_fails_fast_and_a_lazy_store_still_starts() {
     let options = StoreOptions {
         acquire_timeout: Duration::from_millis(500),
