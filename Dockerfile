@@ -1,0 +1,52 @@
+# syntax=docker/dockerfile:1.7
+#
+# Condenser as a small, non-root container image.
+#
+#   docker build -t condenser .
+#   docker run -p 8080:8080 -v condenser-data:/data condenser
+#
+# The default database is an SQLite file on the /data volume; set
+# DATABASE_URL=postgres://… for Postgres (several instances must share one).
+
+ARG RUST_VERSION=1.95
+ARG DEBIAN_RELEASE=bookworm
+
+FROM rust:${RUST_VERSION}-slim-${DEBIAN_RELEASE} AS build
+WORKDIR /src
+# The workspace's test member must exist for cargo to resolve the workspace.
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+COPY migrations ./migrations
+COPY tests/fake-upstream ./tests/fake-upstream
+# Registry and target caches survive between builds (BuildKit); the binary is
+# copied out of the cached target directory before the mount goes away.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked --bin condenser \
+    && install -D target/release/condenser /out/condenser
+
+FROM debian:${DEBIAN_RELEASE}-slim AS runtime
+# ca-certificates: the upstreams are HTTPS. rustls verifies against the
+# platform roots found here.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --home-dir /data --create-home condenser
+COPY --from=build /out/condenser /usr/local/bin/condenser
+COPY config/default.toml /etc/condenser/condenser.toml
+
+USER condenser
+WORKDIR /data
+VOLUME ["/data"]
+ENV CONDENSER_LISTEN=0.0.0.0:8080 \
+    DATABASE_URL=sqlite:///data/condenser.db \
+    CONDENSER_LOG_FORMAT=json
+EXPOSE 8080
+# SIGTERM drains in-flight streams for shutdown_grace (30 s by default);
+# give the container at least that long (`docker stop -t 35`,
+# terminationGracePeriodSeconds in Kubernetes).
+STOPSIGNAL SIGTERM
+HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["condenser", "--config", "/etc/condenser/condenser.toml", "healthcheck"]
+ENTRYPOINT ["condenser", "--config", "/etc/condenser/condenser.toml"]
+CMD ["serve"]

@@ -1,0 +1,133 @@
+"""Checks the deployment files without a container engine.
+
+What it checks is what a typo would break on the first `docker compose up`:
+the YAML parses; every path the Dockerfile copies exists and is not excluded
+by .dockerignore; the environment each file gives Condenser (Dockerfile ENV,
+compose services, the sidecar container) passes `condenser check-config`;
+nginx's upstream servers are the compose services on the port they listen
+on. The nginx configuration itself runs for real in tests/api/fleet.rs.
+
+Usage: python docker/check.py path/to/condenser-binary
+"""
+
+import fnmatch
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+failures = []
+
+
+def fail(message):
+    failures.append(message)
+    print(f"FAIL {message}", flush=True)
+
+
+def ok(message):
+    print(f"ok   {message}", flush=True)
+
+
+def dockerfile_lines():
+    """Instructions of the Dockerfile, continuation lines joined."""
+    text = (ROOT / "Dockerfile").read_text()
+    text = re.sub(r"\\\n", " ", text)
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def ignored(path):
+    patterns = [
+        line.strip().rstrip("/")
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    return any(fnmatch.fnmatch(path, p) or path.startswith(p + "/") for p in patterns)
+
+
+def check_dockerfile_copies():
+    for line in dockerfile_lines():
+        if not line.startswith("COPY ") or "--from=" in line:
+            continue
+        sources = line.split()[1:-1]
+        for source in sources:
+            if not (ROOT / source).exists():
+                fail(f"Dockerfile copies {source}, which does not exist")
+            elif ignored(source):
+                fail(f"Dockerfile copies {source}, which .dockerignore excludes")
+            else:
+                ok(f"Dockerfile copies {source}")
+
+
+def dockerfile_env():
+    env = {}
+    for line in dockerfile_lines():
+        if line.startswith("ENV "):
+            for pair in line[4:].split():
+                name, _, value = pair.partition("=")
+                env[name] = value
+    return env
+
+
+def expand(value):
+    """Compose's ${NAME:-default}, with the default."""
+    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", str(value))
+
+
+def check_config(binary, label, env, config=None):
+    args = [binary] + (["--config", str(config)] if config else []) + ["check-config"]
+    result = subprocess.run(args, env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True, cwd="/")
+    if result.returncode == 0:
+        ok(f"{label}: condenser check-config accepts its environment")
+    else:
+        fail(f"{label}: condenser check-config refused it: {result.stderr.strip()}")
+
+
+def check_compose(binary):
+    compose = yaml.safe_load((ROOT / "docker/compose.yaml").read_text())
+    services = compose["services"]
+    instances = {name: s for name, s in services.items() if name.startswith("condenser")}
+    if len(instances) < 2:
+        fail("compose.yaml should run at least two Condenser instances")
+    ports = set()
+    for name, service in instances.items():
+        env = {k: expand(v) for k, v in service["environment"].items()}
+        check_config(binary, f"compose {name}", env, ROOT / "config/default.toml")
+        ports.add(env["CONDENSER_LISTEN"].rsplit(":", 1)[1])
+        if service.get("build", {}).get("dockerfile") != "Dockerfile":
+            fail(f"compose {name} does not build the Dockerfile")
+    for volume in services["nginx"]["volumes"]:
+        source = volume.split(":")[0]
+        if not (ROOT / "docker" / source).exists():
+            fail(f"compose nginx mounts {source}, which does not exist")
+    servers = set(re.findall(r"^\s*server\s+([\w.-]+:\d+)", (ROOT / "docker/nginx.conf").read_text(), re.M))
+    expected = {f"{name}:{port}" for name in instances for port in ports}
+    if servers == expected:
+        ok(f"nginx.conf balances over {sorted(servers)}")
+    else:
+        fail(f"nginx.conf servers {sorted(servers)} are not the compose instances {sorted(expected)}")
+
+
+def check_sidecar(binary):
+    pod = yaml.safe_load((ROOT / "docker/sidecar.yaml").read_text())
+    for container in pod["spec"]["containers"]:
+        if container["image"].startswith("condenser"):
+            env = {e["name"]: e["value"] for e in container["env"]}
+            check_config(binary, "sidecar condenser", env)
+
+
+def main():
+    binary = str(Path(sys.argv[1]).resolve())
+    check_dockerfile_copies()
+    check_config(binary, "Dockerfile ENV", dockerfile_env(), ROOT / "config/default.toml")
+    check_compose(binary)
+    check_sidecar(binary)
+    if failures:
+        print(f"{len(failures)} deployment check(s) failed", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
