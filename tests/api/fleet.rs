@@ -17,15 +17,16 @@ async fn fake(summary_delay: Duration) -> FakeUpstream {
         summary_delay,
         ..FakeConfig::default()
     };
-    config.context_windows.insert(MODEL.into(), 3_000);
+    config.context_windows.insert(MODEL.into(), 12_000);
     FakeUpstream::start(config).await
 }
 
-/// One conversation that overflows a 3,000-token window.
+/// One conversation that overflows a 12,000-token window by a little, so
+/// its compacted part fits one summary call.
 fn overflowing_request() -> serde_json::Value {
     let mut agent = Agent::new(Dialect::OpenAi, MODEL, 0, 0);
-    for i in 0..30 {
-        agent.say(&format!("note {i}: {}", "lorem ipsum dolor ".repeat(30)));
+    for i in 0..24 {
+        agent.say(&format!("note {i}: {}", "lorem ipsum dolor ".repeat(120)));
         agent
             .messages
             .push(json!({"role": "assistant", "content": format!("noted {i}")}));
@@ -54,6 +55,7 @@ async fn concurrent_overflows_through_nginx_make_one_summary() {
     let env = [
         ("CONDENSER_OPENAI_BASE_URL", upstream.openai_base_url()),
         ("CONDENSER_SUMMARY_MAX_TOKENS", "300".into()),
+        ("CONDENSER__COMPACTION__KEEP_SHARE", "0.7".into()),
     ];
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let fleet = Fleet::start(3, &env).await;
@@ -73,6 +75,7 @@ async fn concurrent_overflows_through_nginx_make_one_summary() {
         .filter(|r| String::from_utf8_lossy(&r.body).contains("<previous_summary>\\n(none)"))
         .count();
     assert_eq!(fresh_starts, 1, "exactly one summarizer for the prefix");
+    assert_eq!(summaries.len(), 1, "exactly one summary call");
     let distinct: std::collections::HashSet<_> = summaries.iter().map(|r| &r.body).collect();
     assert_eq!(
         distinct.len(),
