@@ -3,7 +3,7 @@
 What it checks is what a typo would break on the first `docker compose up`:
 the YAML parses; every path the Dockerfile copies exists and is not excluded
 by .dockerignore; the environment each file gives Condenser (Dockerfile ENV,
-compose services, the sidecar container) passes `condenser check-config`;
+compose services, the sidecar pod) passes `condenser check-config`;
 nginx's upstream servers are the compose services on the port they listen
 on. The nginx configuration itself runs for real in tests/api/fleet.rs.
 
@@ -111,7 +111,7 @@ def check_compose(binary):
 
 
 def check_sidecar(binary):
-    pod = yaml.safe_load((ROOT / "docker/sidecar.yaml").read_text())
+    pod = yaml.safe_load((ROOT / "docker/sidecar/pod.yaml").read_text())
     for container in pod["spec"]["containers"]:
         if container["image"].startswith("condenser"):
             env = {e["name"]: e["value"] for e in container["env"]}
