@@ -22,6 +22,9 @@ pub struct FakeConfig {
     pub reply_text: Option<String>,
     /// Length of a summary reply in tokens (capped by its `max_tokens`).
     pub summary_reply_tokens: u64,
+    /// Keep every request for assertions. Off for benchmarks, which send
+    /// thousands of large bodies.
+    pub record_requests: bool,
 }
 
 impl Default for FakeConfig {
@@ -36,6 +39,7 @@ impl Default for FakeConfig {
             stream_chunks: 4,
             reply_text: None,
             summary_reply_tokens: 200,
+            record_requests: true,
         }
     }
 }

@@ -25,6 +25,9 @@ struct Args {
     chunk_delay_ms: u64,
     #[arg(long, default_value_t = 4)]
     stream_chunks: usize,
+    /// Do not keep a log of requests (benchmarks).
+    #[arg(long)]
+    no_record: bool,
 }
 
 fn parse_window(value: &str) -> Result<(String, u64), String> {
@@ -45,6 +48,7 @@ async fn main() -> anyhow::Result<()> {
         first_byte_delay: Duration::from_millis(args.first_byte_delay_ms),
         chunk_delay: Duration::from_millis(args.chunk_delay_ms),
         stream_chunks: args.stream_chunks,
+        record_requests: !args.no_record,
         ..FakeConfig::default()
     };
     let upstream = FakeUpstream::start_on(config, args.listen).await?;

@@ -102,6 +102,9 @@ impl State {
     }
 
     pub fn record(&self, request: RecordedRequest) {
+        if !self.config.lock().expect("config lock").record_requests {
+            return;
+        }
         self.log.lock().expect("log lock").push(request);
     }
 

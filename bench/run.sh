@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Condenser's overhead benchmark: the same requests, at the same fixed rate,
+# sent directly to a fast local upstream and through Condenser (SQLite and
+# Postgres), measured in one run. See bench/README.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DURATION="${DURATION:-20s}"
+WORKERS="${WORKERS:-4}"
+SMALL_RATE="${SMALL_RATE:-200}"      # requests per second, all workers
+HISTORY_RATE="${HISTORY_RATE:-20}"
+PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
+
+if ! command -v hey >/dev/null; then
+  echo "bench: installing hey (load generator)"
+  apt-get install -y -qq hey >/dev/null
+fi
+cargo build --release --quiet -p condenser -p fake-upstream
+
+work="$(mktemp -d)"
+pids=()
+database="condenser_bench_$$"
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  psql -q "$PGURL/postgres" -c "drop database if exists $database" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+python3 bench/make_bodies.py "$work"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "bench: nothing listens on $1" >&2; exit 1; }
+
+fake_port="$(free_port)"
+target/release/fake-upstream --listen "127.0.0.1:$fake_port" --no-record \
+  --window bench-model=10000000 >"$work/fake.log" 2>&1 &
+pids+=($!)
+wait_port "$fake_port"
+
+start_condenser() { # name database_url -> prints port; pid in $work/NAME.pid
+  local port; port="$(free_port)"
+  CONDENSER_LISTEN="127.0.0.1:$port" DATABASE_URL="$2" \
+    CONDENSER_OPENAI_BASE_URL="http://127.0.0.1:$fake_port/v1" \
+    target/release/condenser serve >"$work/$1.log" 2>&1 &
+  echo $! >"$work/$1.pid"
+  wait_port "$port"
+  echo "$port"
+}
+sqlite_port="$(start_condenser sqlite "sqlite://$work/condenser.db")"
+pids+=("$(cat "$work/sqlite.pid")")
+psql -q "$PGURL/postgres" -c "create database $database" >/dev/null
+postgres_port="$(start_condenser postgres "$PGURL/$database")"
+pids+=("$(cat "$work/postgres.pid")")
+
+cpu_ticks() { [ -z "$1" ] && echo 0 && return; awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+run() { # body rate target port pid
+  local body="$1" rate="$2" target="$3" port="$4" pid="$5"
+  local url="http://127.0.0.1:$port/v1/chat/completions"
+  local args=(-m POST -T application/json -H "Authorization: Bearer sk-bench" -D "$work/$body.json")
+  hey -n 40 -c "$WORKERS" "${args[@]}" "$url" >/dev/null          # warm-up
+  local before; before="$(cpu_ticks "$pid")"
+  hey -z "$DURATION" -c "$WORKERS" -q "$((rate / WORKERS))" -o csv "${args[@]}" "$url" \
+    >"$work/$body-$target.csv"
+  local after; after="$(cpu_ticks "$pid")"
+  echo "$body $target $rate $((after - before)) $work/$body-$target.csv" >>"$work/runs.txt"
+}
+
+for body in small history; do
+  rate="$SMALL_RATE"; [ "$body" = history ] && rate="$HISTORY_RATE"
+  echo "bench: $body at $rate req/s for $DURATION: direct, sqlite, postgres" >&2
+  run "$body" "$rate" direct "$fake_port" ""
+  run "$body" "$rate" sqlite "$sqlite_port" "$(cat "$work/sqlite.pid")"
+  run "$body" "$rate" postgres "$postgres_port" "$(cat "$work/postgres.pid")"
+done
+
+python3 bench/report.py "$work/runs.txt" "$(getconf CLK_TCK)"
