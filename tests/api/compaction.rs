@@ -47,13 +47,7 @@ both_backends!(
 async fn a_long_tool_using_agent_never_sees_an_overflow(backend: TestBackend) {
     let app = spawn_app_with(small_window(backend)).await;
     let mut agent = Agent::new(Dialect::OpenAi, MODEL, 1_500, 3);
-    let mut compactions = 0;
-    for turn in 1..=30 {
-        for step in agent.turn(&app, turn).await {
-            assert_eq!(step.status, 200, "turn {turn}: {}", step.body);
-            compactions += step.compactions;
-        }
-    }
+    let compactions = agent.run_turns(&app, 30).await;
     assert!(
         compactions >= 5,
         "the history outgrew the window many times, yet only {compactions} compactions"

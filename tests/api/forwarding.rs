@@ -3,6 +3,7 @@
 use crate::helpers::app::{spawn_app, ANTHROPIC_KEY, OPENAI_KEY};
 use crate::helpers::fixtures::{load, with_stream};
 use pretty_assertions::assert_eq;
+use reqwest::Method;
 use std::time::Duration;
 
 /// Sends the same request to the fake directly and through the proxy.
@@ -193,31 +194,18 @@ async fn a_request_id_is_echoed_or_generated() {
 #[tokio::test]
 async fn health_and_readiness_answer() {
     let app = spawn_app().await;
-    assert_eq!(
-        app.client
-            .get(app.url("/healthz"))
+    let probes = [
+        (Method::GET, "/healthz"),
+        (Method::GET, "/readyz"),
+        (Method::HEAD, "/"),
+    ];
+    for (method, path) in probes {
+        let response = app
+            .client
+            .request(method.clone(), app.url(path))
             .send()
             .await
-            .expect("answers")
-            .status(),
-        200
-    );
-    assert_eq!(
-        app.client
-            .get(app.url("/readyz"))
-            .send()
-            .await
-            .expect("answers")
-            .status(),
-        200
-    );
-    assert_eq!(
-        app.client
-            .head(app.url("/"))
-            .send()
-            .await
-            .expect("answers")
-            .status(),
-        200
-    );
+            .expect("answers");
+        assert_eq!(response.status(), 200, "{method} {path}");
+    }
 }

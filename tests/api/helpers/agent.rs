@@ -159,6 +159,19 @@ impl Agent {
         }
         steps
     }
+
+    /// Turns `1..=turns`, asserting every step succeeded; returns how many
+    /// compactions the proxy reported.
+    pub async fn run_turns(&mut self, app: &TestApp, turns: usize) -> u32 {
+        let mut compactions = 0;
+        for turn in 1..=turns {
+            for step in self.turn(app, turn).await {
+                assert_eq!(step.status, 200, "turn {turn}: {}", step.body);
+                compactions += step.compactions;
+            }
+        }
+        compactions
+    }
 }
 
 /// Deterministic text unique to `seed`, so summaries can be traced to it.
