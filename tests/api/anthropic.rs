@@ -32,7 +32,22 @@ both_backends!(
     the_summary_is_the_first_message_and_the_system_prompt_is_untouched,
     thinking_blocks_in_the_kept_tail_reach_the_upstream_byte_identical,
     a_huge_tool_result_is_bounded,
+    summaries_stay_flat_and_bounded_over_thirty_compactions,
+    a_restarted_proxy_reuses_the_stored_compaction,
 );
+
+async fn summaries_stay_flat_and_bounded_over_thirty_compactions(backend: TestBackend) {
+    crate::compaction::summaries_stay_flat_and_bounded(backend, Dialect::Anthropic, MODEL).await;
+}
+
+async fn a_restarted_proxy_reuses_the_stored_compaction(backend: TestBackend) {
+    crate::compaction::restarted_proxy_reuses_the_stored_compaction(
+        backend,
+        Dialect::Anthropic,
+        MODEL,
+    )
+    .await;
+}
 
 async fn a_thirty_turn_claude_agent_never_sees_an_overflow(backend: TestBackend) {
     let app = spawn_app_with(small_window(backend)).await;

@@ -28,6 +28,8 @@ pub struct Agent {
 pub struct Step {
     pub status: u16,
     pub compactions: u32,
+    /// `x-condenser-compacted-messages`: messages a stored summary stood for.
+    pub compacted_messages: Option<u64>,
     pub body: Value,
 }
 
@@ -73,11 +75,14 @@ impl Agent {
             Dialect::Anthropic => app.post_messages(&request).await,
         };
         let status = response.status().as_u16();
-        let compactions = response
-            .headers()
-            .get("x-condenser-compactions")
-            .and_then(|v| v.to_str().ok()?.parse().ok())
-            .unwrap_or(0);
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+        };
+        let compactions = header("x-condenser-compactions").unwrap_or(0) as u32;
+        let compacted_messages = header("x-condenser-compacted-messages");
         let body: Value = response.json().await.expect("json body");
         if status == 200 {
             self.messages.push(match self.dialect {
@@ -88,6 +93,7 @@ impl Agent {
         Step {
             status,
             compactions,
+            compacted_messages,
             body,
         }
     }
