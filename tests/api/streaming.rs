@@ -1,5 +1,6 @@
 //! Invariant 6: a streaming client waiting on a summary gets keep-alives,
-//! then a complete, valid stream.
+//! then a complete, valid stream. The summary takes 15 seconds and the
+//! keep-alive interval is the default, as a user would run it.
 
 use crate::helpers::agent::{Agent, Dialect};
 use crate::helpers::app::{spawn_app_with, Options, TestApp};
@@ -8,9 +9,13 @@ use fake_upstream::FakeConfig;
 use serde_json::json;
 use std::time::Duration;
 
+const SUMMARY_TAKES: Duration = Duration::from_secs(15);
+/// What the issue promises a waiting client: bytes within 5 seconds.
+const FIRST_BYTES_WITHIN: Duration = Duration::from_secs(5);
+
 async fn slow_summaries(model: &str) -> TestApp {
     let fake = FakeConfig {
-        summary_delay: Duration::from_secs(4),
+        summary_delay: SUMMARY_TAKES,
         summary_marker: Some(condenser::protocol::SUMMARY_MARKER.into()),
         ..FakeConfig::default()
     };
@@ -18,16 +23,17 @@ async fn slow_summaries(model: &str) -> TestApp {
         fake,
         ..Options::default()
     }
-    .window(model, 3_000)
-    .settings(json!({"compaction": {"summary_max_tokens": 300, "keepalive_interval": "500ms"}}));
+    .window(model, 12_000)
+    .settings(json!({"compaction": {"summary_max_tokens": 300, "keep_share": 0.7}}));
     spawn_app_with(options).await
 }
 
-/// A history that overflows a 3,000-token window.
+/// A history that overflows a 12,000-token window by a little, so its
+/// compacted part takes one (slow) summary call.
 fn overflowing(dialect: Dialect, model: &str) -> Agent {
     let mut agent = Agent::new(dialect, model, 0, 0);
-    for i in 0..30 {
-        agent.say(&format!("note {i}: {}", "lorem ipsum dolor ".repeat(30)));
+    for i in 0..24 {
+        agent.say(&format!("note {i}: {}", "lorem ipsum dolor ".repeat(120)));
         agent.messages.push(match dialect {
             Dialect::OpenAi => json!({"role": "assistant", "content": format!("noted {i}")}),
             Dialect::Anthropic => json!({"role": "assistant", "content": [{"type": "text", "text": format!("noted {i}")}]}),
@@ -55,6 +61,7 @@ async fn stream_through(
             .header("x-api-key", crate::helpers::app::ANTHROPIC_KEY)
             .header("anthropic-version", "2023-06-01"),
     };
+    let sent = std::time::Instant::now();
     let mut response = builder.json(&request).send().await.expect("answers");
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["content-type"], "text/event-stream");
@@ -63,6 +70,11 @@ async fn stream_through(
         .await
         .expect("reads")
         .expect("a first chunk");
+    let waited = sent.elapsed();
+    assert!(
+        waited < FIRST_BYTES_WITHIN,
+        "first bytes after {waited:?} while a summary was being written"
+    );
     let summaries_answered_at_first_byte = app
         .upstream
         .summary_requests()
