@@ -11,6 +11,11 @@ use std::time::Duration;
 
 const MODEL: &str = "gpt-4o-mini";
 
+// The fleet tests run on a multi-threaded runtime: the fake upstream is
+// served by the test's own runtime, and stopping or replacing an instance
+// waits for the process with a blocking call. On one thread that wait would
+// stall the upstream, and the instance's in-flight requests with it.
+
 async fn fake(summary_delay: Duration) -> FakeUpstream {
     let mut config = FakeConfig {
         summary_marker: Some(condenser::protocol::SUMMARY_MARKER.into()),
@@ -49,7 +54,7 @@ async fn post(
         .expect("answers")
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_overflows_through_nginx_make_one_summary() {
     let upstream = fake(Duration::from_millis(1500)).await;
     let env = [
@@ -107,7 +112,7 @@ async fn concurrent_overflows_through_nginx_make_one_summary() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_summarizer_killed_holding_the_lease_is_replaced_after_expiry() {
     let upstream = fake(Duration::from_secs(3)).await;
     let env = [
@@ -157,7 +162,7 @@ async fn a_summarizer_killed_holding_the_lease_is_replaced_after_expiry() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_loses_no_request_and_no_message() {
     let upstream = fake(Duration::ZERO).await;
     let env = [("CONDENSER_OPENAI_BASE_URL", upstream.openai_base_url())];
