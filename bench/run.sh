@@ -10,6 +10,9 @@ WORKERS="${WORKERS:-4}"
 SMALL_RATE="${SMALL_RATE:-200}"      # requests per second, all workers
 HISTORY_RATE="${HISTORY_RATE:-20}"
 PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
+# Optional: another condenser binary (e.g. built from an older commit) run
+# beside this one in the same run, as rows "baseline-sqlite/-postgres".
+BASELINE_BIN="${BASELINE_BIN:-}"
 
 if ! command -v hey >/dev/null; then
   echo "bench: installing hey (load generator)"
@@ -19,11 +22,13 @@ cargo build --release --quiet -p condenser -p fake-upstream
 
 work="$(mktemp -d)"
 pids=()
-database="condenser_bench_$$"
+databases=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  psql -q "$PGURL/postgres" -c "drop database if exists $database" >/dev/null 2>&1 || true
+  for database in "${databases[@]}"; do
+    psql -q "$PGURL/postgres" -c "drop database if exists $database" >/dev/null 2>&1 || true
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -38,20 +43,29 @@ target/release/fake-upstream --listen "127.0.0.1:$fake_port" --no-record \
 pids+=($!)
 wait_port "$fake_port"
 
-start_condenser() { # name database_url -> prints port; pid in $work/NAME.pid
+start_condenser() { # name binary database_url; port in $work/NAME.port, pid in $work/NAME.pid
   local port; port="$(free_port)"
-  CONDENSER_LISTEN="127.0.0.1:$port" DATABASE_URL="$2" \
+  CONDENSER_LISTEN="127.0.0.1:$port" DATABASE_URL="$3" \
     CONDENSER_OPENAI_BASE_URL="http://127.0.0.1:$fake_port/v1" \
-    target/release/condenser serve >"$work/$1.log" 2>&1 &
+    "$2" serve >"$work/$1.log" 2>&1 &
+  pids+=($!)
   echo $! >"$work/$1.pid"
+  echo "$port" >"$work/$1.port"
   wait_port "$port"
-  echo "$port"
 }
-sqlite_port="$(start_condenser sqlite "sqlite://$work/condenser.db")"
-pids+=("$(cat "$work/sqlite.pid")")
-psql -q "$PGURL/postgres" -c "create database $database" >/dev/null
-postgres_port="$(start_condenser postgres "$PGURL/$database")"
-pids+=("$(cat "$work/postgres.pid")")
+start_pair() { # prefix binary: one instance on SQLite, one on a fresh Postgres database
+  local database="condenser_bench_$$_${1//-/_}"
+  start_condenser "${1}sqlite" "$2" "sqlite://$work/${1}condenser.db"
+  psql -q "$PGURL/postgres" -c "create database $database" >/dev/null
+  databases+=("$database")
+  start_condenser "${1}postgres" "$2" "$PGURL/$database"
+}
+targets=(sqlite postgres)
+start_pair "" target/release/condenser
+if [ -n "$BASELINE_BIN" ]; then
+  start_pair baseline- "$BASELINE_BIN"
+  targets+=(baseline-sqlite baseline-postgres)
+fi
 
 cpu_ticks() { [ -z "$1" ] && echo 0 && return; awk '{print $14 + $15}' "/proc/$1/stat"; }
 
@@ -69,10 +83,11 @@ run() { # body rate target port pid
 
 for body in small history; do
   rate="$SMALL_RATE"; [ "$body" = history ] && rate="$HISTORY_RATE"
-  echo "bench: $body at $rate req/s for $DURATION: direct, sqlite, postgres" >&2
+  echo "bench: $body at $rate req/s for $DURATION: direct ${targets[*]}" >&2
   run "$body" "$rate" direct "$fake_port" ""
-  run "$body" "$rate" sqlite "$sqlite_port" "$(cat "$work/sqlite.pid")"
-  run "$body" "$rate" postgres "$postgres_port" "$(cat "$work/postgres.pid")"
+  for target in "${targets[@]}"; do
+    run "$body" "$rate" "$target" "$(cat "$work/$target.port")" "$(cat "$work/$target.pid")"
+  done
 done
 
 python3 bench/report.py "$work/runs.txt" "$(getconf CLK_TCK)"
