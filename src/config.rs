@@ -136,9 +136,6 @@ pub struct CompactionSettings {
     /// Share of the context window the kept history may fill after a compaction.
     #[serde(default = "defaults::keep_share")]
     pub keep_share: f64,
-    /// Compact before sending when the estimate crosses this share of a known window (0 disables).
-    #[serde(default = "defaults::proactive_share")]
-    pub proactive_share: f64,
     /// Interval of SSE keep-alive comments while a summary is written (0 disables).
     #[serde(default = "defaults::keepalive_interval", with = "humantime_serde")]
     pub keepalive_interval: Duration,

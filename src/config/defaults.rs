@@ -54,9 +54,6 @@ pub fn summary_role() -> String {
 pub fn keep_share() -> f64 {
     0.5
 }
-pub fn proactive_share() -> f64 {
-    0.95
-}
 pub fn keepalive_interval() -> Duration {
     Duration::from_secs(3)
 }
@@ -97,7 +94,6 @@ impl Default for super::CompactionSettings {
             summary_model: String::new(),
             summary_role: summary_role(),
             keep_share: keep_share(),
-            proactive_share: proactive_share(),
             keepalive_interval: keepalive_interval(),
             lease_ttl: lease_ttl(),
             summary_timeout: summary_timeout(),

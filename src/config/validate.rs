@@ -56,13 +56,6 @@ impl Settings {
                 "must be between 0.05 and 0.95",
             ));
         }
-        if !(compaction.proactive_share == 0.0 || (0.5..=1.0).contains(&compaction.proactive_share))
-        {
-            return Err(ConfigError::invalid(
-                "compaction.proactive_share",
-                "must be 0 (off) or between 0.5 and 1",
-            ));
-        }
         if !["user", "system", "developer"].contains(&compaction.summary_role.as_str()) {
             return Err(ConfigError::invalid(
                 "compaction.summary_role",
