@@ -1,7 +1,7 @@
 //! Anthropic Messages.
 
 use super::openai::summary_text;
-use super::{elide_middle, Adapter, ChatRequest, Protocol, ToolLinks, Trimmed};
+use super::{elide_middle, with_text_content, Adapter, ChatRequest, Protocol, ToolLinks, Trimmed};
 use crate::conversation::canonical_json;
 use serde_json::{json, Map, Value};
 
@@ -13,8 +13,11 @@ impl Adapter for Anthropic {
     }
 
     fn parse(&self, body: &[u8]) -> Option<ChatRequest> {
-        let body: Map<String, Value> = serde_json::from_slice(body).ok()?;
-        let messages = body.get("messages")?.as_array()?.clone();
+        let mut body: Map<String, Value> = serde_json::from_slice(body).ok()?;
+        // Moved out, not copied: `build` puts them back in the same place.
+        let Value::Array(messages) = body.get_mut("messages")?.take() else {
+            return None;
+        };
         let system = body.get("system").cloned().unwrap_or(Value::Null);
         ChatRequest::from_body(body, system, messages)
     }
@@ -29,16 +32,14 @@ impl Adapter for Anthropic {
     /// `cache_control`, and the same message as a plain string a request
     /// later: both must hash alike. Thinking signatures stay in identity.
     fn canonical(&self, message: &Value) -> Vec<u8> {
-        let mut message = message.clone();
-        if let Some(content) = message.get_mut("content") {
-            if let Some(text) = single_text_block(content) {
-                *content = Value::String(text);
-            }
+        // A system prompt given as one text block hashes like the string.
+        if let Some(system) = single_text_block(message) {
+            return canonical_json(&Value::String(system), &["cache_control"]);
         }
-        if let Some(system) = single_text_block(&message) {
-            message = Value::String(system);
-        }
-        canonical_json(&message, &["cache_control"])
+        canonical_json(
+            &with_text_content(message, single_text_block),
+            &["cache_control"],
+        )
     }
 
     fn tool_links(&self, message: &Value) -> ToolLinks {

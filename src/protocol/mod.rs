@@ -113,6 +113,23 @@ pub struct Trimmed {
     pub kept_bytes: usize,
 }
 
+/// `message` with its content as a plain string when `single_text` finds it
+/// is one text part, so both spellings hash alike; borrowed otherwise, which
+/// is almost always (a copy per message of a long history adds up).
+fn with_text_content(
+    message: &Value,
+    single_text: impl Fn(&Value) -> Option<String>,
+) -> std::borrow::Cow<'_, Value> {
+    let Some(text) = message.get("content").and_then(single_text) else {
+        return std::borrow::Cow::Borrowed(message);
+    };
+    let mut message = message.clone();
+    if let Some(content) = message.get_mut("content") {
+        *content = Value::String(text);
+    }
+    std::borrow::Cow::Owned(message)
+}
+
 /// Head and tail of `text` around an explicit marker saying what went.
 pub fn elide_middle(text: &str, keep_bytes: usize) -> Option<String> {
     if text.len() <= keep_bytes {

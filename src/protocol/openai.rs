@@ -1,6 +1,9 @@
 //! OpenAI Chat Completions.
 
-use super::{elide_middle, Adapter, ChatRequest, Protocol, ToolLinks, Trimmed, SUMMARY_MARKER};
+use super::{
+    elide_middle, with_text_content, Adapter, ChatRequest, Protocol, ToolLinks, Trimmed,
+    SUMMARY_MARKER,
+};
 use crate::conversation::canonical_json;
 use serde_json::{json, Map, Value};
 
@@ -15,15 +18,17 @@ impl Adapter for OpenAi {
     }
 
     fn parse(&self, body: &[u8]) -> Option<ChatRequest> {
-        let body: Map<String, Value> = serde_json::from_slice(body).ok()?;
-        let all = body.get("messages")?.as_array()?;
+        let mut body: Map<String, Value> = serde_json::from_slice(body).ok()?;
+        // Moved out, not copied: `build` puts them back in the same place.
+        let Value::Array(mut all) = body.get_mut("messages")?.take() else {
+            return None;
+        };
         let system_len = all
             .iter()
             .take_while(|m| SYSTEM_ROLES.contains(&self.role(m)))
             .count();
-        let system = Value::Array(all[..system_len].to_vec());
-        let messages = all[system_len..].to_vec();
-        ChatRequest::from_body(body, system, messages)
+        let messages = all.split_off(system_len);
+        ChatRequest::from_body(body, Value::Array(all), messages)
     }
 
     fn build(&self, request: &ChatRequest, messages: &[Value]) -> Vec<u8> {
@@ -35,7 +40,10 @@ impl Adapter for OpenAi {
     }
 
     fn canonical(&self, message: &Value) -> Vec<u8> {
-        canonical_json(&normalize_content(message), &["cache_control"])
+        canonical_json(
+            &with_text_content(message, single_text_part),
+            &["cache_control"],
+        )
     }
 
     fn tool_links(&self, message: &Value) -> ToolLinks {
@@ -145,16 +153,6 @@ pub fn summary_text(summary: &str) -> String {
 }
 
 /// A content of one text part equals the same text as a plain string.
-fn normalize_content(message: &Value) -> Value {
-    let mut message = message.clone();
-    if let Some(content) = message.get_mut("content") {
-        if let Some(text) = single_text_part(content) {
-            *content = Value::String(text);
-        }
-    }
-    message
-}
-
 fn single_text_part(content: &Value) -> Option<String> {
     let [part] = content.as_array()?.as_slice() else {
         return None;

@@ -5,7 +5,8 @@ use serde_json::{Map, Value};
 
 #[derive(Debug, Clone)]
 pub struct ChatRequest {
-    /// The body as sent, key order preserved.
+    /// The body as sent, key order preserved, with `messages` moved out
+    /// (null in place) into `system` and `messages`.
     pub body: Map<String, Value>,
     /// The system part, identity's root: OpenAI's leading system/developer
     /// messages, Anthropic's `system` field (null when absent).
