@@ -59,12 +59,7 @@ async fn a_thirty_turn_claude_agent_never_sees_an_overflow(backend: TestBackend)
 async fn the_summary_is_the_first_message_and_the_system_prompt_is_untouched(backend: TestBackend) {
     let app = spawn_app_with(small_window(backend)).await;
     let mut agent = Agent::new(Dialect::Anthropic, MODEL, 1_500, 3);
-    let mut turn = 0;
-    while app.upstream.summary_requests().is_empty() {
-        turn += 1;
-        agent.turn(&app, turn).await;
-        assert!(turn < 20, "no compaction happened");
-    }
+    agent.run_until_summaries(&app, 1, 19).await;
     let sent = last_accepted(&app);
     assert_eq!(sent["system"], json!(agent.system));
     let messages = sent["messages"].as_array().expect("messages");
@@ -86,14 +81,7 @@ async fn thinking_blocks_in_the_kept_tail_reach_the_upstream_byte_identical(back
     let app = spawn_app_with(small_window(backend)).await;
     let mut agent = Agent::new(Dialect::Anthropic, MODEL, 1_500, 2);
     agent.extra = json!({"thinking": {"type": "enabled", "budget_tokens": 1024}});
-    let mut turn = 0;
-    while app.upstream.summary_requests().is_empty() {
-        turn += 1;
-        for step in agent.turn(&app, turn).await {
-            assert_eq!(step.status, 200, "turn {turn}: {}", step.body);
-        }
-        assert!(turn < 20, "no compaction happened");
-    }
+    agent.run_until_summaries(&app, 1, 19).await;
     // The fake checks every thinking signature; also compare bytes directly.
     let sent = last_accepted(&app);
     let sent_thinking: Vec<String> = sent["messages"]

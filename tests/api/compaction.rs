@@ -64,12 +64,7 @@ async fn the_summary_is_one_separate_message_after_the_unchanged_system_prompt(
 ) {
     let app = spawn_app_with(small_window(backend)).await;
     let mut agent = Agent::new(Dialect::OpenAi, MODEL, 1_500, 3);
-    let mut turn = 0;
-    while app.upstream.summary_requests().is_empty() {
-        turn += 1;
-        agent.turn(&app, turn).await;
-        assert!(turn < 20, "no compaction happened");
-    }
+    agent.run_until_summaries(&app, 1, 19).await;
     let messages = last_accepted(&app);
     assert_eq!(
         messages[0],
@@ -125,14 +120,7 @@ pub async fn summaries_stay_flat_and_bounded(backend: TestBackend, dialect: Dial
         .settings(json!({"compaction": {"summary_max_tokens": 100}}));
     let app = spawn_app_with(options).await;
     let mut agent = Agent::new(dialect, model, 1_500, 2);
-    let mut turn = 0;
-    while app.upstream.summary_requests().len() < 30 {
-        turn += 1;
-        for step in agent.turn(&app, turn).await {
-            assert_eq!(step.status, 200, "turn {turn}: {}", step.body);
-        }
-        assert!(turn < 200, "compactions stopped happening");
-    }
+    agent.run_until_summaries(&app, 30, 199).await;
     for summary_call in app.upstream.summary_requests() {
         assert_eq!(summary_call.json.expect("json")["max_tokens"], 100);
     }
@@ -202,12 +190,7 @@ pub async fn restarted_proxy_reuses_the_stored_compaction(
         .settings(json!({"compaction": {"summary_max_tokens": 300}}));
     let mut app = spawn_app_with(options).await;
     let mut agent = Agent::new(dialect, model, 1_500, 3);
-    let mut turn = 0;
-    while app.upstream.summary_requests().is_empty() {
-        turn += 1;
-        agent.turn(&app, turn).await;
-        assert!(turn < 20, "no compaction happened");
-    }
+    agent.run_until_summaries(&app, 1, 19).await;
     let summaries = app.upstream.summary_requests().len();
     app.restart().await;
     agent.say("One more question, no tools.");

@@ -166,6 +166,22 @@ impl Agent {
         steps
     }
 
+    /// Runs turns, each step asserted successful, until the upstream has
+    /// seen `summaries` summary calls; fails after `max_turns`.
+    pub async fn run_until_summaries(&mut self, app: &TestApp, summaries: usize, max_turns: usize) {
+        let mut turn = 0;
+        while app.upstream.summary_requests().len() < summaries {
+            turn += 1;
+            assert!(
+                turn <= max_turns,
+                "fewer than {summaries} summaries after {max_turns} turns"
+            );
+            for step in self.turn(app, turn).await {
+                assert_eq!(step.status, 200, "turn {turn}: {}", step.body);
+            }
+        }
+    }
+
     /// Turns `1..=turns`, asserting every step succeeded; returns how many
     /// compactions the proxy reported.
     pub async fn run_turns(&mut self, app: &TestApp, turns: usize) -> u32 {
