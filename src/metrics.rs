@@ -32,9 +32,71 @@ pub fn handle() -> PrometheusHandle {
             if metrics::set_global_recorder(recorder).is_err() {
                 tracing::warn!("a metrics recorder was already installed; /metrics may be empty");
             }
+            describe();
             handle
         })
         .clone()
+}
+
+/// HELP lines, so a scrape explains itself.
+fn describe() {
+    use metrics::{describe_counter, describe_histogram, Unit};
+    describe_counter!(
+        "condenser_http_requests_total",
+        "Requests served, by route kind, method and status."
+    );
+    describe_histogram!(
+        "condenser_http_request_duration_seconds",
+        Unit::Seconds,
+        "Time to the response head, by route kind."
+    );
+    describe_histogram!(
+        "condenser_upstream_response_seconds",
+        Unit::Seconds,
+        "Upstream time to response headers, by protocol."
+    );
+    describe_counter!(
+        "condenser_overflows_total",
+        "Context overflows recognized in upstream answers, by signature."
+    );
+    describe_counter!(
+        "condenser_compactions_total",
+        "Compactions by trigger and outcome (stored, reused, duplicate, unstored)."
+    );
+    describe_counter!(
+        "condenser_compactions_exhausted_total",
+        "Requests that reached max_compactions and got the upstream's overflow."
+    );
+    describe_histogram!(
+        "condenser_summary_seconds",
+        Unit::Seconds,
+        "Time to write one compaction's summary."
+    );
+    describe_histogram!(
+        "condenser_compaction_tokens",
+        "Estimated request tokens before and after a compaction."
+    );
+    describe_counter!(
+        "condenser_degraded_requests_total",
+        "Requests forwarded while the database was unreachable."
+    );
+    describe_counter!(
+        "condenser_messages_stored_total",
+        "Messages written to the store."
+    );
+    describe_counter!(
+        "condenser_storage_errors_total",
+        "Failed storage operations, by operation."
+    );
+    describe_counter!(
+        "condenser_storage_skipped_total",
+        "Storage operations skipped while degraded, by operation."
+    );
+    describe_histogram!(
+        "condenser_storage_seconds",
+        Unit::Seconds,
+        "Storage operation latency, by operation."
+    );
 }
 
 pub async fn render(State(handle): State<PrometheusHandle>) -> impl IntoResponse {

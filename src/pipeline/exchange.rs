@@ -113,6 +113,9 @@ impl Exchange {
 
     fn finish(mut self, response: Response) -> (Response, Report) {
         self.report.degraded = self.state.storage.is_degraded();
+        if self.report.degraded {
+            metrics::counter!("condenser_degraded_requests_total").increment(1);
+        }
         (response, self.report)
     }
 

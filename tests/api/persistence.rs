@@ -201,6 +201,24 @@ async fn a_dead_database_degrades_forwarding_and_recovers_without_restart() {
             .is_some_and(|v| v == "storage-unavailable");
     }
     assert!(degraded_seen, "the response says history was not stored");
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let degraded_requests: f64 = metrics
+        .lines()
+        .find(|line| line.starts_with("condenser_degraded_requests_total "))
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+        .expect("a degraded-requests counter on /metrics");
+    assert!(
+        degraded_requests >= 1.0,
+        "/metrics counts degraded requests"
+    );
 
     relay.restore().await;
     tokio::time::sleep(Duration::from_millis(300)).await;
