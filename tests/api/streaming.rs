@@ -5,7 +5,7 @@
 use crate::helpers::agent::{Agent, Dialect};
 use crate::helpers::app::{spawn_app_with, Options, TestApp};
 use condenser::pipeline::KEEPALIVE_COMMENT;
-use fake_upstream::FakeConfig;
+use fake_upstream::{FakeConfig, RequestKind, Scripted};
 use serde_json::json;
 use std::time::Duration;
 
@@ -120,4 +120,48 @@ async fn a_streaming_anthropic_client_gets_keepalives_then_a_complete_stream() {
     assert_eq!(&chunks[0][..], KEEPALIVE_COMMENT);
     assert!(all.contains("event: message_start"));
     assert!(all.contains("event: message_stop"), "{all}");
+}
+
+/// Some servers (SGLang, some vLLM deployments) answer 200 and put the
+/// overflow in the first event. The proxy must treat it as the overflow it
+/// is: compact, retry, and hand the client a healthy stream instead.
+#[tokio::test]
+async fn an_overflow_in_the_first_event_of_a_200_stream_is_compacted_and_retried() {
+    let model = "gpt-4o-mini";
+    let fake = FakeConfig {
+        summary_marker: Some(condenser::protocol::SUMMARY_MARKER.into()),
+        ..FakeConfig::default()
+    };
+    // The fake itself never overflows here: the scripted event is the only one.
+    let options = Options {
+        fake,
+        ..Options::default()
+    }
+    .window(model, 100_000)
+    .settings(json!({"compaction": {"summary_max_tokens": 300, "keep_share": 0.7}}));
+    let app = spawn_app_with(options).await;
+    let in_band = r#"{"error":{"message":"The input (13000 tokens) is longer than the model's context length (12000 tokens).","code":400}}"#;
+    app.upstream.push_script(Scripted::StreamError {
+        kind: RequestKind::Chat,
+        data: in_band.into(),
+    });
+    let mut request = overflowing(Dialect::OpenAi, model).request();
+    request["stream"] = json!(true);
+
+    let response = app.post_chat(&request).await;
+
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-condenser-compactions"], "1");
+    let all = response.text().await.expect("body");
+    assert!(
+        !all.contains("context length"),
+        "the overflow leaked: {all}"
+    );
+    assert!(all.contains("\"finish_reason\":\"stop\""), "{all}");
+    assert!(all.contains("data: [DONE]"), "{all}");
+    assert_eq!(app.upstream.summary_requests().len(), 1);
+    let chats = app.upstream.chat_requests();
+    assert_eq!(chats.len(), 2, "the overflowing attempt, then the retry");
+    let retried = chats[1].json.as_ref().expect("json")["messages"].to_string();
+    assert!(retried.contains(condenser::protocol::SUMMARY_MARKER));
 }
