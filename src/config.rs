@@ -145,6 +145,14 @@ pub struct CompactionSettings {
     /// Longest a summary call may take.
     #[serde(default = "defaults::summary_timeout", with = "humantime_serde")]
     pub summary_timeout: Duration,
+    /// Summary calls one compaction may make; a larger part to summarize
+    /// has its largest entries cut to fit.
+    #[serde(default = "defaults::max_summary_calls")]
+    pub max_summary_calls: u32,
+    /// Share of a known window past which a request is compacted before it
+    /// is sent: 1.0 compacts only what the upstream would certainly refuse.
+    #[serde(default = "defaults::proactive_threshold")]
+    pub proactive_threshold: f64,
 }
 
 impl Settings {

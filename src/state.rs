@@ -3,6 +3,7 @@
 use crate::config::Settings;
 use crate::http::routes::RouteTable;
 use crate::overflow::SignatureTable;
+use crate::pipeline::sizes::Sizes;
 use crate::pipeline::storage::Storage;
 use crate::store::{Store, StoreOptions};
 use crate::upstream::UpstreamClient;
@@ -16,6 +17,8 @@ pub struct AppState {
     pub upstream: UpstreamClient,
     pub overflow: Arc<SignatureTable>,
     pub storage: Storage,
+    /// Windows and byte-to-token rates of models, learned and configured.
+    pub sizes: Sizes,
     /// Work that outlives its request (persisting, finishing a compaction);
     /// shutdown waits for it.
     pub background: tokio_util::task::TaskTracker,
@@ -26,13 +29,20 @@ impl AppState {
         let upstream = UpstreamClient::new(&settings.timeouts, settings.max_body_bytes)?;
         let overflow = SignatureTable::with_custom(&settings.overflow_signatures)?;
         let storage = open_storage(&settings).await?;
+        let background = tokio_util::task::TaskTracker::new();
+        let sizes = Sizes::new(
+            settings.context_windows.clone().into_iter().collect(),
+            storage.clone(),
+            background.clone(),
+        );
         Ok(Self {
             routes: Arc::new(RouteTable::from_settings(&settings)),
             settings: Arc::new(settings),
             upstream,
             overflow: Arc::new(overflow),
             storage,
-            background: tokio_util::task::TaskTracker::new(),
+            sizes,
+            background,
         })
     }
 }

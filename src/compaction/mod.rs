@@ -2,6 +2,7 @@
 //! compaction of that exact prefix. One summarizer per prefix across all
 //! instances: a lease in the store elects it, the others wait and reuse.
 
+mod chunks;
 pub mod plan;
 mod sizing;
 pub mod summarize;
@@ -13,9 +14,11 @@ use crate::pipeline::identify::Conversation;
 use crate::pipeline::storage::Storage;
 use crate::protocol::{Adapter, ChatRequest};
 use crate::store::Compaction;
+use plan::Plan;
+use sizing::Layout;
 pub use sizing::Sizing;
 use std::time::{Duration, Instant};
-pub use summarize::{Summarizer, SummaryError};
+pub use summarize::{Summarizer, SummaryBudget, SummaryError};
 pub use trims::{apply_trims, TrimRecord};
 
 /// How often a waiting instance looks for the elected summarizer's result.
@@ -25,6 +28,8 @@ const POLL_EVERY: Duration = Duration::from_millis(200);
 pub enum CompactionError {
     #[error("nothing left to compact: the kept messages cannot be made smaller")]
     NothingToCompact,
+    #[error("even the deepest compaction leaves {predicted} tokens for a {window}-token window")]
+    CannotFit { predicted: u64, window: u64 },
     #[error(transparent)]
     Summary(#[from] SummaryError),
     #[error("gave up waiting for another instance's summary after {0:?}")]
@@ -35,6 +40,7 @@ impl CompactionError {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::NothingToCompact => "nothing_to_compact",
+            Self::CannotFit { .. } => "cannot_fit",
             Self::Summary(error) => error.kind(),
             Self::WaitedTooLong(_) => "lease_wait_timeout",
         }
@@ -54,13 +60,30 @@ pub struct Job<'a> {
 }
 
 /// Produces the compaction that replaces `job.current`, electing one
-/// summarizer per base across instances.
+/// summarizer per base across instances. A plan that cannot fit the window
+/// is refused first, before any lease or summary call.
 pub async fn compact(
     storage: &Storage,
     summarizer: &Summarizer<'_>,
     sizing: &Sizing,
     job: &Job<'_>,
 ) -> Result<Compaction, CompactionError> {
+    let layout = sizing.layout(job);
+    let plan = plan::plan(
+        &layout.items,
+        layout.compacted,
+        layout.tail_budget,
+        layout.min_kept,
+    )
+    .ok_or(CompactionError::NothingToCompact)?;
+    if !layout.fits(&plan) {
+        let predicted = layout.tokens_after(&plan, layout.summary_budget);
+        return Err(CompactionError::CannotFit {
+            predicted,
+            window: layout.window,
+        });
+    }
+    let planned = Planned { layout, plan };
     let base = job
         .current
         .map_or(job.conversation.chain[0], |c| c.prefix_hash);
@@ -76,7 +99,7 @@ pub async fn compact(
             })
             .await;
         if acquired != Some(false) {
-            let result = summarize_and_store(storage, summarizer, sizing, job, base).await;
+            let result = summarize_and_store(storage, summarizer, &planned, job, base).await;
             if acquired == Some(true) {
                 storage
                     .run("release_lease", |s| async move {
@@ -109,10 +132,16 @@ async fn newer_compaction(storage: &Storage, job: &Job<'_>) -> Option<Compaction
     (latest.prefix_len > current_len).then_some(latest)
 }
 
+/// A cut that fits, with the sizes it was planned from.
+struct Planned {
+    layout: Layout,
+    plan: Plan,
+}
+
 async fn summarize_and_store(
     storage: &Storage,
     summarizer: &Summarizer<'_>,
-    sizing: &Sizing,
+    planned: &Planned,
     job: &Job<'_>,
     base: ChainHash,
 ) -> Result<Compaction, CompactionError> {
@@ -121,29 +150,33 @@ async fn summarize_and_store(
         return Ok(done);
     }
     let started = Instant::now();
-    let layout = sizing.layout(job);
-    let plan = plan::plan(&layout.items, layout.compacted, layout.tail_budget)
-        .ok_or(CompactionError::NothingToCompact)?;
+    let Planned { layout, plan } = planned;
     let compacted = layout.compacted;
-    let summary = if plan.cut > compacted {
+    let (summary, calls) = if plan.cut > compacted {
         let fresh = &job.request.messages[compacted..plan.cut];
         let previous = job.current.map(|c| c.summary.as_str());
-        let (text, calls) = summarizer.summarize(previous, fresh).await?;
-        tracing::debug!(calls, "summary written");
-        text
+        let written = summarizer.summarize(previous, fresh).await?;
+        (written.text, written.calls)
     } else {
-        job.current.map(|c| c.summary.clone()).unwrap_or_default()
+        let current = job.current.map(|c| c.summary.clone());
+        (current.unwrap_or_default(), 0)
     };
-    let trims = trims::trims_for(job, &plan, &layout);
+    let summary_tokens = layout.calibration.tokens(
+        job.adapter
+            .summary_message("user", &summary)
+            .to_string()
+            .len(),
+    );
+    let trims = trims::trims_for(job, plan, layout);
     let compaction = Compaction {
         prefix_hash: job.conversation.chain[plan.cut],
         base_hash: base,
         prefix_len: plan.cut as i64,
-        summary_tokens: layout.calibration.tokens(summary.len()) as i64,
+        summary_tokens: summary_tokens as i64,
         summary,
         messages_compacted: (plan.cut - compacted) as i64,
         tokens_before: layout.tokens_before as i64,
-        tokens_after: layout.tokens_after(&plan) as i64,
+        tokens_after: layout.tokens_after(plan, summary_tokens) as i64,
         model: summarizer.model.to_string(),
         trigger: job.trigger.to_string(),
         trims: serde_json::to_string(&trims).unwrap_or_else(|_| "[]".into()),
@@ -151,7 +184,7 @@ async fn summarize_and_store(
         created_at_ms: 0,
     };
     store(storage, job, &compaction).await;
-    log_compaction(job, &compaction, trims.len());
+    log_compaction(job, &compaction, trims.len(), calls);
     Ok(compaction)
 }
 
@@ -175,7 +208,7 @@ async fn store(storage: &Storage, job: &Job<'_>, compaction: &Compaction) {
         .record(compaction.tokens_after as f64);
 }
 
-fn log_compaction(job: &Job<'_>, compaction: &Compaction, trims: usize) {
+fn log_compaction(job: &Job<'_>, compaction: &Compaction, trims: usize, summary_calls: usize) {
     tracing::info!(
         conversation = job.conversation.label.as_deref().unwrap_or(""),
         root = %job.conversation.chain[0],
@@ -188,6 +221,7 @@ fn log_compaction(job: &Job<'_>, compaction: &Compaction, trims: usize) {
         tokens_after = compaction.tokens_after,
         summary_tokens = compaction.summary_tokens,
         trims,
+        summary_calls,
         duration_ms = compaction.duration_ms,
         "conversation compacted"
     );

@@ -8,7 +8,8 @@
 use crate::protocol::ToolLinks;
 use std::collections::HashSet;
 
-/// Smallest size a trimmed tool result is cut to, in tokens.
+/// Smallest size a trimmed tool result is cut to, in tokens, in a window
+/// large enough for it (small windows use less: see `Layout::min_kept`).
 pub const MIN_KEPT_TOKENS: u64 = 256;
 
 /// What the planner knows of one message.
@@ -48,8 +49,9 @@ pub fn safe_cuts(items: &[Item]) -> Vec<usize> {
 /// everything before, and always moves past `compacted` (what the current
 /// summary already covers) when any safe cut lies beyond it. When even the
 /// shortest safe tail is too large, the largest tool results in it are
-/// trimmed. `None` when nothing can be made smaller.
-pub fn plan(items: &[Item], compacted: usize, tail_budget: u64) -> Option<Plan> {
+/// trimmed, none below `min_kept` tokens. `None` when nothing can be made
+/// smaller.
+pub fn plan(items: &[Item], compacted: usize, tail_budget: u64, min_kept: u64) -> Option<Plan> {
     let tail_tokens = |cut: usize| items[cut..].iter().map(|item| item.tokens).sum::<u64>();
     let candidates: Vec<usize> = safe_cuts(items)
         .into_iter()
@@ -65,13 +67,19 @@ pub fn plan(items: &[Item], compacted: usize, tail_budget: u64) -> Option<Plan> 
         });
     }
     let cut = candidates.last().copied().unwrap_or(compacted);
-    let trims = trims_for(items, cut, tail_tokens(cut), tail_budget);
+    let trims = trims_for(items, cut, tail_tokens(cut), tail_budget, min_kept);
     (cut > compacted || !trims.is_empty()).then_some(Plan { cut, trims })
 }
 
-/// Largest tool results first, each cut just enough (not below
-/// [`MIN_KEPT_TOKENS`]) until the tail fits.
-fn trims_for(items: &[Item], cut: usize, mut tail: u64, budget: u64) -> Vec<(usize, u64)> {
+/// Largest tool results first, each cut just enough (not below `min_kept`)
+/// until the tail fits.
+fn trims_for(
+    items: &[Item],
+    cut: usize,
+    mut tail: u64,
+    budget: u64,
+    min_kept: u64,
+) -> Vec<(usize, u64)> {
     let mut results: Vec<usize> = (cut..items.len())
         .filter(|&i| !items[i].links.results.is_empty())
         .collect();
@@ -82,7 +90,7 @@ fn trims_for(items: &[Item], cut: usize, mut tail: u64, budget: u64) -> Vec<(usi
             break;
         }
         let size = items[index].tokens;
-        let keep = size.saturating_sub(tail - budget).max(MIN_KEPT_TOKENS);
+        let keep = size.saturating_sub(tail - budget).max(min_kept);
         if keep < size {
             tail = tail - size + keep;
             trims.push((index, keep));
@@ -149,7 +157,7 @@ mod tests {
             turn.push(result(100, &id));
         }
         assert_eq!(safe_cuts(&turn), vec![1, 3, 5]);
-        let plan = plan(&turn, 0, 120).expect("a plan");
+        let plan = plan(&turn, 0, 120, MIN_KEPT_TOKENS).expect("a plan");
         assert_eq!(
             plan,
             Plan {
@@ -162,14 +170,14 @@ mod tests {
     #[test]
     fn keeps_the_most_recent_history_that_fits() {
         assert_eq!(
-            plan(&agent_turns(), 0, 45),
+            plan(&agent_turns(), 0, 45, MIN_KEPT_TOKENS),
             Some(Plan {
                 cut: 4,
                 trims: vec![]
             })
         );
         assert_eq!(
-            plan(&agent_turns(), 0, 25),
+            plan(&agent_turns(), 0, 25, MIN_KEPT_TOKENS),
             Some(Plan {
                 cut: 6,
                 trims: vec![]
@@ -180,7 +188,7 @@ mod tests {
     #[test]
     fn always_moves_past_what_is_already_summarized() {
         assert_eq!(
-            plan(&agent_turns(), 4, 1000),
+            plan(&agent_turns(), 4, 1000, MIN_KEPT_TOKENS),
             Some(Plan {
                 cut: 6,
                 trims: vec![]
@@ -191,14 +199,14 @@ mod tests {
     #[test]
     fn a_huge_tool_result_in_the_kept_tail_is_trimmed() {
         let items = vec![text(10), call(10, &["x"]), result(100_000, "x")];
-        let plan = plan(&items, 0, 2_000).expect("a plan");
+        let plan = plan(&items, 0, 2_000, MIN_KEPT_TOKENS).expect("a plan");
         assert_eq!(plan.cut, 1);
         assert_eq!(plan.trims, vec![(2, 1_990)]);
     }
 
     #[test]
     fn nothing_to_do_is_none() {
-        assert_eq!(plan(&[text(10)], 0, 1), None);
-        assert_eq!(plan(&agent_turns(), 7, 1), None);
+        assert_eq!(plan(&[text(10)], 0, 1, MIN_KEPT_TOKENS), None);
+        assert_eq!(plan(&agent_turns(), 7, 1, MIN_KEPT_TOKENS), None);
     }
 }

@@ -1,7 +1,13 @@
 //! The summary call (DESIGN.md step 7): an LLM call through the same upstream,
-//! with the caller's own credential and headers.
+//! with the caller's own credential and headers, each call sized to the
+//! summarizer's window: its prompt, the running summary, the transcript
+//! chunk and the summary it writes all fit. A call that overflows anyway is
+//! shrunk from the numbers in its error and retried, a bounded number of
+//! times.
 
+use super::chunks::{self, Chunk};
 use crate::http::routes::Route;
+use crate::overflow::{OverflowSignal, SignatureTable};
 use crate::protocol::{Adapter, SUMMARY_MARKER};
 use crate::tokens::Calibration;
 use crate::upstream::UpstreamClient;
@@ -11,15 +17,31 @@ use std::time::Duration;
 
 /// The instructions of every summary call.
 pub const PROMPT: &str = include_str!("prompts/summarize.md");
+/// The same instructions for a window the full prompt would crowd.
+pub const SHORT_PROMPT: &str = include_str!("prompts/summarize_short.md");
 
-/// Share of the window one summary call's input may fill.
-const INPUT_SHARE: f64 = 0.6;
+/// The full prompt is used while it takes at most this share of the window.
+const PROMPT_SHARE: f64 = 0.2;
+
+/// Tokens a summary call spends beyond its texts: message framing and the
+/// `<previous_summary>` / `<transcript>` tags.
+const CALL_FRAMING_TOKENS: u64 = 48;
+
+/// Room kept free in each call for estimate error, as a share of the window.
+const CALL_MARGIN_SHARE: f64 = 0.05;
+
+/// Retries of a summary call that overflowed, each one smaller.
+const MAX_SHRINKS: usize = 2;
 
 /// Why a summary could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum SummaryError {
     #[error("summary call failed with upstream status {status}: {message}")]
     Upstream { status: u16, message: String },
+    #[error("summary call still overflowed the window after {MAX_SHRINKS} smaller retries")]
+    Overflow,
+    #[error("the part to summarize does not fit {max_calls} summary calls even with its largest entries cut")]
+    InputTooLarge { max_calls: usize },
     #[error("summary call failed: {0}")]
     Transport(String),
     #[error("summary call timed out after {0:?}")]
@@ -32,10 +54,65 @@ impl SummaryError {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Upstream { .. } => "upstream_error",
+            Self::Overflow => "summary_overflow",
+            Self::InputTooLarge { .. } => "summary_input_cap",
             Self::Transport(_) => "transport",
             Self::Timeout(_) => "timeout",
             Self::Empty => "empty",
         }
+    }
+}
+
+/// How large summary calls may be.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SummaryBudget {
+    /// The summarizer model's context window.
+    pub window: u64,
+    pub calibration: Calibration,
+    /// Max tokens of the summary each call writes.
+    pub max_tokens: u64,
+    /// Summary calls one compaction may make.
+    pub max_calls: usize,
+}
+
+impl SummaryBudget {
+    fn prompt(&self) -> &'static str {
+        let share = self.calibration.tokens(PROMPT.len()) as f64 / self.window as f64;
+        if share <= PROMPT_SHARE {
+            PROMPT
+        } else {
+            SHORT_PROMPT
+        }
+    }
+
+    /// Transcript bytes one call carries beside its prompt, the running
+    /// summary (at least a full-size one) and the summary it writes.
+    pub fn chunk_bytes(&self, running_summary_bytes: usize) -> usize {
+        let tokens = |bytes: usize| self.calibration.tokens(bytes);
+        let previous = tokens(running_summary_bytes).max(self.max_tokens);
+        let fixed = tokens(self.prompt().len())
+            + previous
+            + self.max_tokens
+            + CALL_FRAMING_TOKENS
+            + (self.window as f64 * CALL_MARGIN_SHARE) as u64;
+        self.calibration.bytes(self.window.saturating_sub(fixed))
+    }
+
+    /// Smaller, from what the error of a `sent_bytes` call says; strictly
+    /// smaller even when it says nothing.
+    fn shrunk(self, signal: &OverflowSignal, sent_bytes: usize) -> Self {
+        let mut next = self;
+        if let Some(limit) = signal.limit {
+            next.window = next.window.min(limit);
+        }
+        if let Some(actual) = signal.actual {
+            next.calibration = Calibration::measured(actual, sent_bytes);
+        }
+        if next.chunk_bytes(0) >= self.chunk_bytes(0) {
+            next.window = next.window * 3 / 4;
+        }
+        next.max_tokens = next.max_tokens.min(next.window / 4).max(1);
+        next
     }
 }
 
@@ -44,85 +121,138 @@ pub struct Summarizer<'a> {
     pub route: &'a Route,
     pub headers: &'a HeaderMap,
     pub adapter: &'a dyn Adapter,
+    pub overflow: &'a SignatureTable,
     pub model: &'a str,
-    pub max_tokens: u64,
-    pub window: u64,
-    pub calibration: Calibration,
+    pub budget: SummaryBudget,
     pub timeout: Duration,
 }
 
+/// A written summary and what it cost.
+pub struct Written {
+    pub text: String,
+    pub calls: usize,
+}
+
+enum CallError {
+    Overflow(OverflowSignal, usize),
+    Failed(SummaryError),
+}
+
 impl Summarizer<'_> {
-    /// Folds `messages` into `previous`, one call per chunk that fits the
-    /// window, so even a part larger than the window gets summarized.
+    /// Folds `messages` into `previous`, in as few calls as the window
+    /// allows (one whenever the part fits), at most `max_calls`.
     pub async fn summarize(
         &self,
         previous: Option<&str>,
         messages: &[Value],
-    ) -> Result<(String, usize), SummaryError> {
+    ) -> Result<Written, SummaryError> {
         let entries: Vec<String> = messages
             .iter()
             .map(|m| self.adapter.transcript_entry(m))
             .collect();
+        let mut budget = self.budget;
         let mut running = previous.map(str::to_string);
-        let mut calls = 0;
-        for chunk in self.chunks(&entries) {
-            running = Some(self.call(running.as_deref(), &chunk).await?);
-            calls += 1;
-        }
-        Ok((running.unwrap_or_default(), calls))
-    }
-
-    fn chunks(&self, entries: &[String]) -> Vec<String> {
-        let input_tokens = (self.window as f64 * INPUT_SHARE) as u64;
-        let reserved = self.max_tokens + self.calibration.tokens(PROMPT.len());
-        let budget = self
-            .calibration
-            .bytes(input_tokens.saturating_sub(reserved))
-            .max(4096);
-        let mut chunks = vec![String::new()];
-        for entry in entries {
-            let entry =
-                crate::protocol::elide_middle(entry, budget).unwrap_or_else(|| entry.clone());
-            let current = chunks.last_mut().expect("chunks is never empty");
-            if !current.is_empty() && current.len() + entry.len() > budget {
-                chunks.push(String::new());
+        let (mut next, mut calls, mut shrinks) = (0, 0, 0);
+        while next < entries.len() {
+            let chunk = self.next_chunk(&budget, &entries[next..], running.as_deref(), calls)?;
+            match self.call(&budget, running.as_deref(), &chunk.text).await {
+                Ok(text) => {
+                    metrics::counter!("condenser_summary_calls_total", "outcome" => "ok")
+                        .increment(1);
+                    running = Some(text);
+                    next += chunk.entries;
+                    calls += 1;
+                }
+                Err(CallError::Overflow(signal, sent_bytes)) if shrinks < MAX_SHRINKS => {
+                    metrics::counter!("condenser_summary_calls_total", "outcome" => "overflow")
+                        .increment(1);
+                    tracing::info!(limit = ?signal.limit, actual = ?signal.actual, "summary call overflowed: retrying smaller");
+                    budget = budget.shrunk(&signal, sent_bytes);
+                    shrinks += 1;
+                }
+                Err(CallError::Overflow(..)) => return Err(SummaryError::Overflow),
+                Err(CallError::Failed(error)) => {
+                    metrics::counter!("condenser_summary_calls_total", "outcome" => "error")
+                        .increment(1);
+                    return Err(error);
+                }
             }
-            let current = chunks.last_mut().expect("chunks is never empty");
-            current.push_str(&entry);
-            current.push('\n');
         }
-        chunks
+        Ok(Written {
+            text: running.unwrap_or_default(),
+            calls,
+        })
     }
 
-    async fn call(&self, previous: Option<&str>, transcript: &str) -> Result<String, SummaryError> {
+    /// The first chunk of a packing of `rest` into the calls left. Packing
+    /// the whole rest first means a transcript that cannot fit is refused
+    /// before the first call.
+    fn next_chunk(
+        &self,
+        budget: &SummaryBudget,
+        rest: &[String],
+        running: Option<&str>,
+        calls: usize,
+    ) -> Result<Chunk, SummaryError> {
+        let max_calls = budget.max_calls;
+        let room = budget.chunk_bytes(running.map_or(0, str::len));
+        chunks::pack(rest, room, max_calls.saturating_sub(calls))
+            .and_then(|chunks| chunks.into_iter().next())
+            .ok_or(SummaryError::InputTooLarge { max_calls })
+    }
+
+    async fn call(
+        &self,
+        budget: &SummaryBudget,
+        previous: Option<&str>,
+        transcript: &str,
+    ) -> Result<String, CallError> {
         let input = format!(
             "<previous_summary>\n{}\n</previous_summary>\n<transcript>\n{transcript}</transcript>",
             previous.unwrap_or("(none)")
         );
         let body = self
             .adapter
-            .summary_request(self.model, PROMPT, &input, self.max_tokens);
+            .summary_request(self.model, budget.prompt(), &input, budget.max_tokens)
+            .to_string();
+        let sent_bytes = body.len();
+        let (status, bytes) = self.send(body).await.map_err(CallError::Failed)?;
+        if status != 200 {
+            if let Some(signal) = self.overflow.detect(status, &bytes) {
+                return Err(CallError::Overflow(signal, sent_bytes));
+            }
+            let message = String::from_utf8_lossy(&bytes).chars().take(300).collect();
+            return Err(CallError::Failed(SummaryError::Upstream {
+                status,
+                message,
+            }));
+        }
+        let parsed: Value =
+            serde_json::from_slice(&bytes).map_err(|_| CallError::Failed(SummaryError::Empty))?;
+        let text = self
+            .adapter
+            .response_text(&parsed)
+            .ok_or(CallError::Failed(SummaryError::Empty))?;
+        Ok(text.replace(SUMMARY_MARKER, "[summary]"))
+    }
+
+    async fn send(&self, body: String) -> Result<(u16, bytes::Bytes), SummaryError> {
         let mut headers = crate::upstream::headers::request_headers(self.headers);
-        headers.insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        headers.insert(
-            http::header::ACCEPT,
-            HeaderValue::from_static("application/json"),
-        );
-        headers.insert(
-            http::header::ACCEPT_ENCODING,
-            HeaderValue::from_static("identity"),
-        );
+        for (name, value) in [
+            (http::header::CONTENT_TYPE, "application/json"),
+            (http::header::ACCEPT, "application/json"),
+            (http::header::ACCEPT_ENCODING, "identity"),
+        ] {
+            headers.insert(name, HeaderValue::from_static(value));
+        }
         let send = self.client.send(
             &self.route.upstream,
             Method::POST,
             &self.route.url,
             headers,
-            body.to_string().into(),
+            body.into(),
         );
-        let response = tokio::time::timeout(self.timeout, async {
+        tokio::time::timeout(self.timeout, async {
             let response = send
                 .await
                 .map_err(|e| SummaryError::Transport(e.to_string()))?;
@@ -131,21 +261,10 @@ impl Summarizer<'_> {
                 .bytes()
                 .await
                 .map_err(|e| SummaryError::Transport(e.without_url().to_string()))?;
-            Ok::<_, SummaryError>((status, bytes))
+            Ok((status, bytes))
         })
         .await
-        .map_err(|_| SummaryError::Timeout(self.timeout))??;
-        let (status, bytes) = response;
-        if status != 200 {
-            let message = String::from_utf8_lossy(&bytes).chars().take(300).collect();
-            return Err(SummaryError::Upstream { status, message });
-        }
-        let parsed: Value = serde_json::from_slice(&bytes).map_err(|_| SummaryError::Empty)?;
-        let text = self
-            .adapter
-            .response_text(&parsed)
-            .ok_or(SummaryError::Empty)?;
-        Ok(text.replace(SUMMARY_MARKER, "[summary]"))
+        .map_err(|_| SummaryError::Timeout(self.timeout))?
     }
 }
 
@@ -153,10 +272,64 @@ impl Summarizer<'_> {
 mod tests {
     use super::*;
 
+    fn budget(window: u64) -> SummaryBudget {
+        SummaryBudget {
+            window,
+            calibration: Calibration::default(),
+            max_tokens: (window as f64 * 0.15) as u64,
+            max_calls: 4,
+        }
+    }
+
     #[test]
-    fn the_prompt_announces_itself_and_treats_the_transcript_as_data() {
-        assert!(PROMPT.starts_with(&format!("{SUMMARY_MARKER} REQUEST")));
+    fn the_prompts_announce_themselves_and_treat_the_transcript_as_data() {
+        for prompt in [PROMPT, SHORT_PROMPT] {
+            assert!(prompt.starts_with(&format!("{SUMMARY_MARKER} REQUEST")));
+            assert!(prompt.contains("replaces the previous summary"));
+        }
         assert!(PROMPT.contains("strictly as"));
-        assert!(PROMPT.contains("replaces the previous summary"));
+        assert!(SHORT_PROMPT.len() * 2 < PROMPT.len());
+    }
+
+    #[test]
+    fn every_part_of_a_call_fits_a_1k_window() {
+        let budget = budget(1024);
+        assert_eq!(budget.prompt(), SHORT_PROMPT);
+        let room = budget.chunk_bytes(0);
+        let calibration = budget.calibration;
+        let call = calibration.tokens(SHORT_PROMPT.len() + room)
+            + 2 * budget.max_tokens
+            + CALL_FRAMING_TOKENS;
+        assert!(room > 0);
+        assert!(call <= 1024, "{call} tokens");
+    }
+
+    #[test]
+    fn a_large_window_gets_the_full_prompt_and_large_chunks() {
+        let budget = budget(128_000);
+        assert_eq!(budget.prompt(), PROMPT);
+        assert!(budget.chunk_bytes(0) > 300_000);
+    }
+
+    #[test]
+    fn an_overflowing_call_is_shrunk_from_its_numbers() {
+        let start = budget(4096);
+        let signal = OverflowSignal {
+            signature: "llama.cpp".into(),
+            cause: crate::overflow::OverflowCause::Input,
+            limit: Some(2048),
+            actual: Some(3000),
+            requested_output: None,
+        };
+        let shrunk = start.shrunk(&signal, 6000);
+        assert_eq!(shrunk.window, 2048);
+        assert_eq!(shrunk.calibration, Calibration::measured(3000, 6000));
+        assert!(shrunk.chunk_bytes(0) < start.chunk_bytes(0));
+        let silent = OverflowSignal {
+            limit: None,
+            actual: None,
+            ..signal
+        };
+        assert!(start.shrunk(&silent, 6000).chunk_bytes(0) < start.chunk_bytes(0));
     }
 }

@@ -63,6 +63,12 @@ pub fn lease_ttl() -> Duration {
 pub fn summary_timeout() -> Duration {
     Duration::from_secs(300)
 }
+pub fn max_summary_calls() -> u32 {
+    4
+}
+pub fn proactive_threshold() -> f64 {
+    1.0
+}
 
 impl Default for super::Timeouts {
     fn default() -> Self {
@@ -97,6 +103,8 @@ impl Default for super::CompactionSettings {
             keepalive_interval: keepalive_interval(),
             lease_ttl: lease_ttl(),
             summary_timeout: summary_timeout(),
+            max_summary_calls: max_summary_calls(),
+            proactive_threshold: proactive_threshold(),
         }
     }
 }

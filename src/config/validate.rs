@@ -56,6 +56,18 @@ impl Settings {
                 "must be between 0.05 and 0.95",
             ));
         }
+        if !(0.1..=1.0).contains(&compaction.proactive_threshold) {
+            return Err(ConfigError::invalid(
+                "compaction.proactive_threshold",
+                "must be between 0.1 and 1.0 (a share of the window)",
+            ));
+        }
+        if compaction.max_summary_calls == 0 {
+            return Err(ConfigError::invalid(
+                "compaction.max_summary_calls",
+                "must be at least 1",
+            ));
+        }
         if !["user", "system", "developer"].contains(&compaction.summary_role.as_str()) {
             return Err(ConfigError::invalid(
                 "compaction.summary_role",

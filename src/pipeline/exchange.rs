@@ -6,12 +6,14 @@ use super::identify::Conversation;
 use super::inspect::{inspect, Inspected};
 use super::respond::{self, Report};
 use super::rewrite;
-use crate::compaction::{self, CompactionError, Job, Sizing, Summarizer};
+use super::usage::UsageTap;
+use crate::compaction::{self, CompactionError, Job, Sizing, Summarizer, SummaryBudget};
 use crate::http::routes::Route;
-use crate::overflow::OverflowSignal;
+use crate::overflow::{OverflowCause, OverflowSignal};
 use crate::protocol::{Adapter, ChatRequest};
 use crate::state::AppState;
 use crate::store::Compaction;
+use crate::tokens::ModelSize;
 use crate::upstream::headers;
 use axum::response::Response;
 use bytes::Bytes;
@@ -66,11 +68,29 @@ impl Exchange {
         let mut applied = self.stored_compaction().await;
         let mut budget = CompactionBudget::new(self.state.settings.compaction.max_compactions);
         let protocol = self.route.upstream.protocol;
-        let idle = self.state.upstream.idle_timeout();
         loop {
             let body = self.upstream_body(applied.as_ref());
             let sent_bytes = body.len();
             self.report.compacted_messages = applied.as_ref().map(|c| c.prefix_len);
+            if let Some(signal) = self.certain_overflow(sent_bytes) {
+                if budget.try_spend() {
+                    notify(compacting.as_ref());
+                    match self
+                        .compact(applied.as_ref(), &signal, sent_bytes, "proactive")
+                        .await
+                    {
+                        Ok(compaction) => {
+                            self.report.compactions = budget.spent();
+                            applied = Some(compaction);
+                            continue;
+                        }
+                        // The estimate may be wrong: let the upstream decide.
+                        Err(error) => {
+                            tracing::info!(error.kind = error.kind(), error.message = %error, "compaction before sending failed: sending as it is");
+                        }
+                    }
+                }
+            }
             let response = match self.send(body).await {
                 Ok(response) => response,
                 Err(error) => return self.finish(error.into_response_for(protocol)),
@@ -83,21 +103,26 @@ impl Exchange {
                         body,
                         signal,
                     } => (status, headers, body, signal),
-                    other => return self.finish(respond::relayed(other, idle)),
+                    other => return self.relay(other, sent_bytes),
                 };
             metrics::counter!("condenser_overflows_total", "signature" => signal.signature.clone())
                 .increment(1);
             tracing::info!(overflow.signature = %signal.signature, overflow.cause = ?signal.cause, limit = ?signal.limit, actual = ?signal.actual, "upstream reported context overflow");
+            let (upstream, model) = (&self.route.upstream.name, &self.request.model);
+            self.state
+                .sizes
+                .learn_overflow(upstream, model, &signal, sent_bytes);
             let upstream_error = respond::buffered(status, &headers, body);
             if !budget.try_spend() {
                 metrics::counter!("condenser_compactions_exhausted_total").increment(1);
                 self.report.compaction_error = Some("limit_reached");
                 return self.finish(upstream_error);
             }
-            if let Some(sender) = &compacting {
-                let _ = sender.send(true);
-            }
-            match self.compact(applied.as_ref(), &signal, sent_bytes).await {
+            notify(compacting.as_ref());
+            match self
+                .compact(applied.as_ref(), &signal, sent_bytes, "overflow")
+                .await
+            {
                 Ok(compaction) => {
                     self.report.compactions = budget.spent();
                     applied = Some(compaction);
@@ -109,6 +134,54 @@ impl Exchange {
                 }
             }
         }
+    }
+
+    /// A request the upstream will certainly refuse, by the calibrated
+    /// estimate against a known window, as the overflow it would answer.
+    fn certain_overflow(&self, sent_bytes: usize) -> Option<OverflowSignal> {
+        let known = self.model_size();
+        let window = known.window_tokens()?;
+        let estimate = known.calibration.unwrap_or_default().tokens(sent_bytes);
+        let output = known
+            .counts_output
+            .then(|| self.adapter.max_output_tokens(&self.request))
+            .flatten();
+        let threshold = self.state.settings.compaction.proactive_threshold;
+        let limit = (window as f64 * threshold) as u64;
+        if estimate + output.unwrap_or(0) <= limit {
+            return None;
+        }
+        let cause = if estimate > limit {
+            OverflowCause::Input
+        } else {
+            OverflowCause::InputPlusOutput
+        };
+        Some(OverflowSignal {
+            signature: "estimate".into(),
+            cause,
+            limit: Some(window),
+            actual: Some(estimate),
+            requested_output: output,
+        })
+    }
+
+    fn model_size(&self) -> ModelSize {
+        let upstream = &self.route.upstream.name;
+        self.state.sizes.get(upstream, &self.request.model)
+    }
+
+    /// Relays a response that needs no compaction, learning from its usage.
+    fn relay(self, inspected: Inspected, sent_bytes: usize) -> (Response, Report) {
+        let tap = UsageTap {
+            sizes: self.state.sizes.clone(),
+            adapter: self.adapter,
+            upstream: self.route.upstream.name.clone(),
+            model: self.request.model.clone(),
+            sent_bytes,
+        };
+        let idle = self.state.upstream.idle_timeout();
+        let response = respond::relayed(inspected, idle, Some((tap, &self.state.background)));
+        self.finish(response)
     }
 
     fn finish(mut self, response: Response) -> (Response, Report) {
@@ -177,18 +250,18 @@ impl Exchange {
         current: Option<&Compaction>,
         signal: &OverflowSignal,
         sent_bytes: usize,
+        trigger: &'static str,
     ) -> Result<Compaction, CompactionError> {
         // The compaction names stored messages: let their write finish first.
         if let Some(persisted) = self.persisted.take() {
             let _ = persisted.await;
         }
         let settings = &self.state.settings.compaction;
-        let known_window = self.known_window(signal).await;
         let sizing = Sizing {
             keep_share: settings.keep_share,
             summary_max_tokens: settings.summary_max_tokens,
             lease_ttl: settings.lease_ttl,
-            known_window,
+            known: self.model_size(),
         };
         let model = if settings.summary_model.is_empty() {
             &self.request.model
@@ -203,45 +276,50 @@ impl Exchange {
             current,
             signal,
             sent_bytes,
-            trigger: "overflow",
+            trigger,
         };
         let summarizer = Summarizer {
             client: &self.state.upstream,
             route: &self.route,
             headers: &headers,
             adapter: self.adapter,
+            overflow: &self.state.overflow,
             model,
-            max_tokens: settings.summary_max_tokens,
-            window: sizing.window(signal, sent_bytes),
-            calibration: Sizing::calibration(signal, sent_bytes),
+            budget: self.summary_budget(&sizing, signal, sent_bytes, model),
             timeout: settings.summary_timeout,
         };
         compaction::compact(&self.state.storage, &summarizer, &sizing, &job).await
     }
 
-    /// The window from the error, else configuration, else what was learned.
-    async fn known_window(&self, signal: &OverflowSignal) -> Option<u64> {
-        let upstream = self.route.upstream.name.as_str();
-        let model = self.request.model.as_str();
-        if let Some(limit) = signal.limit {
-            self.state
-                .storage
-                .run("record_model_limit", |s| async move {
-                    s.record_model_limit(upstream, model, limit, "overflow_error")
-                        .await
-                })
-                .await;
-            return Some(limit);
+    /// Summary calls sized to the summarizer's own window when another
+    /// model writes summaries, else to this request's.
+    fn summary_budget(
+        &self,
+        sizing: &Sizing,
+        signal: &OverflowSignal,
+        sent_bytes: usize,
+        model: &str,
+    ) -> SummaryBudget {
+        let window = sizing.window(signal, sent_bytes);
+        let calibration = sizing.calibration(signal, sent_bytes);
+        let (own_window, own_calibration) = if model == self.request.model {
+            (window, calibration)
+        } else {
+            let known = self.state.sizes.get(&self.route.upstream.name, model);
+            let own_window = known.window_tokens().unwrap_or(window);
+            (own_window, known.calibration.unwrap_or(calibration))
+        };
+        SummaryBudget {
+            window: own_window,
+            calibration: own_calibration,
+            max_tokens: sizing.summary_budget(window.min(own_window)),
+            max_calls: self.state.settings.compaction.max_summary_calls as usize,
         }
-        if let Some(window) = self.state.settings.context_windows.get(model) {
-            return Some(*window);
-        }
-        self.state
-            .storage
-            .run("model_limit", |s| async move {
-                s.model_limit(upstream, model).await
-            })
-            .await
-            .flatten()
+    }
+}
+
+fn notify(compacting: Option<&watch::Sender<bool>>) {
+    if let Some(sender) = compacting {
+        let _ = sender.send(true);
     }
 }

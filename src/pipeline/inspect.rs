@@ -91,7 +91,7 @@ async fn read_capped(response: &mut reqwest::Response) -> Option<Bytes> {
     Some(body.into())
 }
 
-fn is_event_stream(headers: &HeaderMap) -> bool {
+pub(super) fn is_event_stream(headers: &HeaderMap) -> bool {
     headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())

@@ -10,7 +10,9 @@ mod keepalive;
 pub mod persist;
 mod respond;
 pub mod rewrite;
+pub mod sizes;
 pub mod storage;
+mod usage;
 
 use crate::http::passthrough::read_body;
 use crate::http::routes::Route;

@@ -1,7 +1,8 @@
 //! Responses as the client sees them: relayed bodies, unchanged upstream
 //! errors, and the `x-condenser-*` headers that say what was done.
 
-use super::inspect::Inspected;
+use super::inspect::{is_event_stream, Inspected};
+use super::usage::UsageTap;
 use crate::upstream::{headers, relay};
 use axum::body::Body;
 use axum::response::Response;
@@ -9,6 +10,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use std::time::Duration;
+use tokio_util::task::TaskTracker;
 
 /// What Condenser did for one request, reported in response headers.
 #[derive(Debug, Default, Clone)]
@@ -43,17 +45,31 @@ impl Report {
     }
 }
 
-pub fn relayed(inspected: Inspected, idle: Duration) -> Response {
+/// The response for the client; a successful one's usage is read on the
+/// side when `usage` says for which request.
+pub fn relayed(
+    inspected: Inspected,
+    idle: Duration,
+    usage: Option<(UsageTap, &TaskTracker)>,
+) -> Response {
     match inspected {
         Inspected::Relay {
             response,
             first_chunk,
         } => {
             let status = response.status();
+            let event_stream = is_event_stream(response.headers());
             let headers = headers::response_headers(response.headers());
             let rest = relay::body_stream(response, idle);
             let first = futures_util::stream::iter(first_chunk.map(Ok));
-            with_parts(status, headers, Body::from_stream(first.chain(rest)))
+            let body = first.chain(rest);
+            let body = match usage.filter(|_| status.is_success()) {
+                Some((tap, background)) => {
+                    Body::from_stream(super::usage::tap(body, event_stream, tap, background).0)
+                }
+                None => Body::from_stream(body),
+            };
+            with_parts(status, headers, body)
         }
         Inspected::Error {
             status,

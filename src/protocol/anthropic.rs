@@ -1,7 +1,9 @@
 //! Anthropic Messages.
 
 use super::openai::summary_text;
-use super::{elide_middle, with_text_content, Adapter, ChatRequest, Protocol, ToolLinks, Trimmed};
+use super::{
+    elide_middle, with_text_content, Adapter, ChatRequest, Protocol, ToolLinks, Trimmed, Usage,
+};
 use crate::conversation::canonical_json;
 use serde_json::{json, Map, Value};
 
@@ -121,6 +123,18 @@ impl Adapter for Anthropic {
     fn stream_error_event(&self, error_body: &Value) -> String {
         format!("event: error\ndata: {error_body}\n\n")
     }
+
+    fn usage(&self, response: &Value) -> Option<Usage> {
+        usage_of(response.get("usage")?)
+    }
+
+    /// `message_start` carries the input counts, `message_delta` the output.
+    fn stream_usage(&self, event: &Value) -> Option<Usage> {
+        let usage = event
+            .pointer("/message/usage")
+            .or_else(|| event.get("usage"))?;
+        usage_of(usage)
+    }
 }
 
 fn blocks(message: &Value) -> impl Iterator<Item = &Value> {
@@ -188,6 +202,20 @@ fn block_transcript(block: &Value) -> Option<String> {
             Some(format!("[{other}, {size} bytes]"))
         }
     }
+}
+
+/// Anthropic reports cached prompt tokens apart from `input_tokens`; the
+/// window holds all of them.
+fn usage_of(usage: &Value) -> Option<Usage> {
+    let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+    let input = count("input_tokens")
+        + count("cache_creation_input_tokens")
+        + count("cache_read_input_tokens");
+    let output = count("output_tokens");
+    (input > 0 || output > 0).then_some(Usage {
+        input_tokens: input,
+        output_tokens: output,
+    })
 }
 
 #[cfg(test)]

@@ -51,8 +51,21 @@ pub struct ToolLinks {
 /// Token counts an upstream reported for a response.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Usage {
+    /// Every token of the prompt, cached ones included: what the window
+    /// holds.
     pub input_tokens: u64,
     pub output_tokens: u64,
+}
+
+impl Usage {
+    /// Streams report usage in parts (Anthropic's input in `message_start`,
+    /// output in `message_delta`); later counts only grow.
+    pub fn merged(self, later: Usage) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens.max(later.input_tokens),
+            output_tokens: self.output_tokens.max(later.output_tokens),
+        }
+    }
 }
 
 pub trait Adapter: Send + Sync {
@@ -103,6 +116,17 @@ pub trait Adapter: Send + Sync {
 
     /// An SSE event reporting an error in this protocol's streaming shape.
     fn stream_error_event(&self, error_body: &Value) -> String;
+
+    /// Token counts a non-streamed response body reports (`usage`).
+    fn usage(&self, _response: &Value) -> Option<Usage> {
+        None
+    }
+
+    /// Token counts one SSE event's parsed `data` reports (final chunk /
+    /// message_delta / response.completed).
+    fn stream_usage(&self, _event: &Value) -> Option<Usage> {
+        None
+    }
 }
 
 /// A tool result cut down to size.

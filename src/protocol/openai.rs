@@ -1,7 +1,7 @@
 //! OpenAI Chat Completions.
 
 use super::{
-    elide_middle, with_text_content, Adapter, ChatRequest, Protocol, ToolLinks, Trimmed,
+    elide_middle, with_text_content, Adapter, ChatRequest, Protocol, ToolLinks, Trimmed, Usage,
     SUMMARY_MARKER,
 };
 use crate::conversation::canonical_json;
@@ -142,6 +142,21 @@ impl Adapter for OpenAi {
 
     fn stream_error_event(&self, error_body: &Value) -> String {
         format!("data: {error_body}\n\n")
+    }
+
+    fn usage(&self, response: &Value) -> Option<Usage> {
+        let usage = response.get("usage")?;
+        let count = |key: &str| usage.get(key).and_then(Value::as_u64);
+        Some(Usage {
+            input_tokens: count("prompt_tokens")?,
+            output_tokens: count("completion_tokens").unwrap_or(0),
+        })
+    }
+
+    /// The final chunk of a stream asked for with `include_usage` has the
+    /// same `usage` object as a whole response.
+    fn stream_usage(&self, event: &Value) -> Option<Usage> {
+        self.usage(event)
     }
 }
 

@@ -17,17 +17,31 @@ use std::borrow::Cow;
 /// do the same but needs the `macros` feature, which the crate leaves off.
 type Embedded = &'static [(i64, &'static str, &'static str)];
 
-const POSTGRES_MIGRATIONS: Embedded = &[(
-    20261122000001,
-    "init",
-    include_str!("../../migrations/postgres/20261122000001_init.sql"),
-)];
+const POSTGRES_MIGRATIONS: Embedded = &[
+    (
+        20261122000001,
+        "init",
+        include_str!("../../migrations/postgres/20261122000001_init.sql"),
+    ),
+    (
+        20261124000001,
+        "model sizes",
+        include_str!("../../migrations/postgres/20261124000001_model_sizes.sql"),
+    ),
+];
 
-const SQLITE_MIGRATIONS: Embedded = &[(
-    20261122000001,
-    "init",
-    include_str!("../../migrations/sqlite/20261122000001_init.sql"),
-)];
+const SQLITE_MIGRATIONS: Embedded = &[
+    (
+        20261122000001,
+        "init",
+        include_str!("../../migrations/sqlite/20261122000001_init.sql"),
+    ),
+    (
+        20261124000001,
+        "model sizes",
+        include_str!("../../migrations/sqlite/20261124000001_model_sizes.sql"),
+    ),
+];
 
 /// Picks the backend from the URL scheme.
 pub(super) fn backend_of(url: &str) -> Result<Backend> {

@@ -1,52 +1,107 @@
-//! Learned context windows, per upstream and model (DESIGN.md "Knowing
-//! sizes"). Stored so every instance, and the next start, knows them.
+//! Learned model sizes, per upstream and model (DESIGN.md "Knowing sizes"):
+//! context windows from overflow errors, bytes-to-tokens rates from usage.
+//! Stored so every instance, and the next start, knows them.
 
 use super::rows::now_ms;
 use super::{Result, Store};
 use sqlx::Row;
 
+/// What the store knows of one model's sizes.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StoredSize {
+    pub window: Option<u64>,
+    pub counts_output: bool,
+    pub tokens_per_byte: Option<f64>,
+}
+
 impl Store {
     /// The context window last recorded for `model` behind `upstream`.
     pub async fn model_limit(&self, upstream: &str, model: &str) -> Result<Option<u64>> {
-        let row = sqlx::query(
-            "select context_window from model_limits where upstream = $1 and model = $2",
+        Ok(self.model_size(upstream, model).await?.window)
+    }
+
+    /// Window, output accounting and calibration of `model` behind `upstream`.
+    pub async fn model_size(&self, upstream: &str, model: &str) -> Result<StoredSize> {
+        let limit = sqlx::query(
+            "select context_window, counts_output from model_limits \
+             where upstream = $1 and model = $2",
         )
         .bind(upstream)
         .bind(model)
         .fetch_optional(&self.pool)
         .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let window: i64 = row.try_get("context_window")?;
-        // A negative window cannot come from `record_model_limit`; treat a
-        // hand-edited one as unknown rather than failing the request.
-        Ok(u64::try_from(window).ok())
+        let rate = sqlx::query(
+            "select tokens_per_mbyte from model_calibrations where upstream = $1 and model = $2",
+        )
+        .bind(upstream)
+        .bind(model)
+        .fetch_optional(&self.pool)
+        .await?;
+        let mut size = StoredSize::default();
+        if let Some(row) = limit {
+            // A negative window cannot come from `record_model_limit`; treat
+            // a hand-edited one as unknown rather than failing the request.
+            size.window = u64::try_from(row.try_get::<i64, _>("context_window")?).ok();
+            size.counts_output = row.try_get::<i64, _>("counts_output")? != 0;
+        }
+        if let Some(row) = rate {
+            let per_mbyte: i64 = row.try_get("tokens_per_mbyte")?;
+            size.tokens_per_byte = (per_mbyte > 0).then(|| per_mbyte as f64 / 1e6);
+        }
+        Ok(size)
     }
 
     /// Records (or replaces) the context window of `model` behind
     /// `upstream`, and where the number came from (`source`: config,
-    /// overflow error, usage, …). The newest observation wins.
+    /// overflow error, …). The newest observation wins; once an upstream
+    /// is seen counting the output budget, that stays known.
     pub async fn record_model_limit(
         &self,
         upstream: &str,
         model: &str,
         context_window: u64,
+        counts_output: bool,
         source: &str,
     ) -> Result<()> {
         let now = now_ms();
         sqlx::query(
             "insert into model_limits \
-             (upstream, model, context_window, source, updated_at, created_at) \
-             values ($1, $2, $3, $4, $5, $5) \
+             (upstream, model, context_window, counts_output, source, updated_at, created_at) \
+             values ($1, $2, $3, $4, $5, $6, $6) \
              on conflict (upstream, model) do update set context_window = excluded.context_window, \
+             counts_output = case when model_limits.counts_output > excluded.counts_output \
+                 then model_limits.counts_output else excluded.counts_output end, \
              source = excluded.source, updated_at = excluded.updated_at",
         )
         .bind(upstream)
         .bind(model)
         .bind(i64::try_from(context_window).unwrap_or(i64::MAX))
+        .bind(i64::from(counts_output))
         .bind(source)
         .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Records (or replaces) the bytes-to-tokens rate of `model`'s requests.
+    pub async fn record_calibration(
+        &self,
+        upstream: &str,
+        model: &str,
+        tokens_per_byte: f64,
+    ) -> Result<()> {
+        let per_mbyte = (tokens_per_byte * 1e6).round() as i64;
+        sqlx::query(
+            "insert into model_calibrations (upstream, model, tokens_per_mbyte, updated_at, created_at) \
+             values ($1, $2, $3, $4, $4) \
+             on conflict (upstream, model) do update set \
+             tokens_per_mbyte = excluded.tokens_per_mbyte, updated_at = excluded.updated_at",
+        )
+        .bind(upstream)
+        .bind(model)
+        .bind(per_mbyte)
+        .bind(now_ms())
         .execute(&self.pool)
         .await?;
         Ok(())

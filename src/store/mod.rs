@@ -24,6 +24,7 @@ mod text;
 pub use admin::{render_detail, render_list};
 pub use compactions::Compaction;
 pub use conversations::{ConversationDetail, ConversationSummary, MessageNode};
+pub use limits::StoredSize;
 pub use messages::NewMessage;
 
 use sqlx::AnyPool;

@@ -3,8 +3,16 @@
 //! otherwise about four bytes of JSON make a token for the languages and
 //! tokenizers Condenser meets.
 
+mod book;
+
+pub use book::{ModelSize, SizeBook, SizeSource};
+
 /// Bytes per token when nothing better is known.
 pub const DEFAULT_BYTES_PER_TOKEN: f64 = 4.0;
+
+/// Weight of a new `usage` observation in a model's running calibration:
+/// recent requests dominate, one odd body cannot swing it far.
+const CALIBRATION_WEIGHT: f64 = 0.3;
 
 pub fn estimate_bytes(bytes: usize) -> u64 {
     (bytes as f64 / DEFAULT_BYTES_PER_TOKEN).ceil() as u64
@@ -31,10 +39,27 @@ impl Calibration {
         if bytes == 0 || tokens == 0 {
             return Self::default();
         }
-        let rate = tokens as f64 / bytes as f64;
-        Self {
-            tokens_per_byte: rate.clamp(0.05, 1.0),
+        Self::from_rate(tokens as f64 / bytes as f64)
+    }
+
+    pub fn from_rate(tokens_per_byte: f64) -> Self {
+        if !tokens_per_byte.is_finite() {
+            return Self::default();
         }
+        Self {
+            tokens_per_byte: tokens_per_byte.clamp(0.05, 1.0),
+        }
+    }
+
+    pub fn rate(&self) -> f64 {
+        self.tokens_per_byte
+    }
+
+    /// This calibration moved toward a new observation.
+    pub fn blended(self, observed: Calibration) -> Self {
+        let rate = self.tokens_per_byte * (1.0 - CALIBRATION_WEIGHT)
+            + observed.tokens_per_byte * CALIBRATION_WEIGHT;
+        Self::from_rate(rate)
     }
 
     pub fn tokens(&self, bytes: usize) -> u64 {
@@ -56,5 +81,19 @@ mod tests {
         assert_eq!(calibration.tokens(300), 100);
         assert_eq!(calibration.bytes(100), 300);
         assert_eq!(Calibration::default().tokens(400), 100);
+    }
+
+    #[test]
+    fn blending_moves_part_of_the_way_toward_an_observation() {
+        let start = Calibration::from_rate(0.25);
+        let blended = start.blended(Calibration::from_rate(0.35));
+        assert!((blended.rate() - 0.28).abs() < 1e-9, "{}", blended.rate());
+    }
+
+    #[test]
+    fn absurd_reports_are_clamped() {
+        assert_eq!(Calibration::measured(10, 1).rate(), 1.0);
+        assert_eq!(Calibration::measured(1, 1_000).rate(), 0.05);
+        assert_eq!(Calibration::from_rate(f64::NAN), Calibration::default());
     }
 }

@@ -1,0 +1,120 @@
+//! The size book as the pipeline uses it: read from memory on the request
+//! path, loaded from the store on first sight of a model and written back
+//! when something is learned, both in the background so no request waits
+//! on the database for it.
+
+use super::storage::Storage;
+use crate::overflow::{OverflowCause, OverflowSignal};
+use crate::store::StoredSize;
+use crate::tokens::{Calibration, ModelSize, SizeBook, SizeSource};
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio_util::task::TaskTracker;
+
+#[derive(Clone)]
+pub struct Sizes {
+    book: Arc<SizeBook>,
+    storage: Storage,
+    background: TaskTracker,
+}
+
+impl Sizes {
+    pub fn new(
+        configured: HashMap<String, u64>,
+        storage: Storage,
+        background: TaskTracker,
+    ) -> Self {
+        Self {
+            book: Arc::new(SizeBook::new(configured)),
+            storage,
+            background,
+        }
+    }
+
+    /// What is known now. On first sight of a model the store is asked in
+    /// the background; this request goes on with what memory knows.
+    pub fn get(&self, upstream: &str, model: &str) -> ModelSize {
+        let lookup = self.book.lookup(upstream, model);
+        if lookup.first_sight {
+            self.spawn_load(upstream, model);
+        }
+        lookup.size
+    }
+
+    /// What an overflow error of a `sent_bytes` request says.
+    pub fn learn_overflow(
+        &self,
+        upstream: &str,
+        model: &str,
+        signal: &OverflowSignal,
+        sent_bytes: usize,
+    ) {
+        let counts_output = signal.cause == OverflowCause::InputPlusOutput;
+        let calibration = signal
+            .actual
+            .map(|actual| Calibration::measured(actual, sent_bytes));
+        let size =
+            self.book
+                .learn_overflow(upstream, model, signal.limit, counts_output, calibration);
+        self.spawn_save(upstream, model, size, "overflow_error");
+    }
+
+    /// The upstream counted a `sent_bytes` request as `input_tokens`.
+    pub fn learn_usage(&self, upstream: &str, model: &str, sent_bytes: usize, input_tokens: u64) {
+        if input_tokens == 0 || sent_bytes == 0 {
+            return;
+        }
+        let observed = Calibration::measured(input_tokens, sent_bytes);
+        if let Some(size) = self.book.learn_usage(upstream, model, observed) {
+            self.spawn_save(upstream, model, size, "usage");
+        }
+    }
+
+    fn spawn_load(&self, upstream: &str, model: &str) {
+        let (this, upstream, model) = (self.clone(), upstream.to_string(), model.to_string());
+        self.background.spawn(async move {
+            let (u, m) = (upstream.as_str(), model.as_str());
+            let stored = this
+                .storage
+                .run("model_size", |s| async move { s.model_size(u, m).await })
+                .await;
+            if let Some(stored) = stored {
+                this.book.merge_stored(u, m, from_store(stored));
+            }
+        });
+    }
+
+    fn spawn_save(&self, upstream: &str, model: &str, size: ModelSize, source: &'static str) {
+        let (storage, upstream, model) = (
+            self.storage.clone(),
+            upstream.to_string(),
+            model.to_string(),
+        );
+        self.background.spawn(async move {
+            let (u, m) = (upstream.as_str(), model.as_str());
+            if let Some((window, SizeSource::OverflowError)) = size.window {
+                let counts = size.counts_output;
+                storage
+                    .run("record_model_limit", |s| async move {
+                        s.record_model_limit(u, m, window, counts, source).await
+                    })
+                    .await;
+            }
+            if let Some(calibration) = size.calibration {
+                storage
+                    .run("record_calibration", |s| async move {
+                        s.record_calibration(u, m, calibration.rate()).await
+                    })
+                    .await;
+            }
+        });
+    }
+}
+
+fn from_store(stored: StoredSize) -> ModelSize {
+    ModelSize {
+        window: stored.window.map(|w| (w, SizeSource::Stored)),
+        calibration: stored.tokens_per_byte.map(Calibration::from_rate),
+        counts_output: stored.counts_output,
+    }
+}

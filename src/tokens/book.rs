@@ -1,0 +1,262 @@
+//! What Condenser knows of each model's sizes, by (upstream, model): its
+//! context window, whether the upstream counts `max_tokens` against it, and
+//! how many tokens a byte of its requests makes. Learned from overflow
+//! errors and from the `usage` of responses, and read on every request, so
+//! it lives in memory; `pipeline::sizes` loads it from the store on first
+//! sight of a model and writes what is learned back, so instances share it
+//! and a restart keeps it.
+
+use super::Calibration;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Models remembered at once. Model names come from clients, so the book is
+/// bounded: past this, the oldest-looked-at entry is forgotten.
+const MAX_MODELS: usize = 4096;
+
+/// A calibration learned from `usage` is written back at most this often
+/// per model: it changes a little with every response.
+const SAVE_CALIBRATION_EVERY: Duration = Duration::from_secs(30);
+
+/// Where a known window came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeSource {
+    Config,
+    /// An overflow error stated it: what the upstream enforces.
+    OverflowError,
+    /// Read from the store: learned earlier, by this or another instance.
+    Stored,
+}
+
+/// Everything known about one model's sizes.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ModelSize {
+    pub window: Option<(u64, SizeSource)>,
+    pub calibration: Option<Calibration>,
+    /// The upstream refused input + `max_tokens` over the window, so it
+    /// counts the output budget against the window.
+    pub counts_output: bool,
+}
+
+impl ModelSize {
+    pub fn window_tokens(&self) -> Option<u64> {
+        self.window.map(|(tokens, _)| tokens)
+    }
+}
+
+struct Entry {
+    size: ModelSize,
+    used_at: Instant,
+    saved_at: Option<Instant>,
+}
+
+pub struct SizeBook {
+    configured: HashMap<String, u64>,
+    entries: Mutex<HashMap<(String, String), Entry>>,
+}
+
+/// The outcome of a look-up.
+pub struct Lookup {
+    pub size: ModelSize,
+    /// First time this process sees the model: load what the store knows.
+    pub first_sight: bool,
+}
+
+impl SizeBook {
+    /// `configured`: context windows from configuration, by model name.
+    pub fn new(configured: HashMap<String, u64>) -> Self {
+        Self {
+            configured,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn lookup(&self, upstream: &str, model: &str) -> Lookup {
+        let mut entries = self.lock();
+        let key = (upstream.to_string(), model.to_string());
+        let first_sight = !entries.contains_key(&key);
+        if first_sight {
+            make_room(&mut entries);
+        }
+        let entry = entries.entry(key).or_insert_with(|| Entry {
+            size: ModelSize::default(),
+            used_at: Instant::now(),
+            saved_at: None,
+        });
+        entry.used_at = Instant::now();
+        Lookup {
+            size: self.with_config(model, entry.size),
+            first_sight,
+        }
+    }
+
+    /// Fills in what the store knows and memory does not yet.
+    pub fn merge_stored(&self, upstream: &str, model: &str, stored: ModelSize) {
+        self.update(upstream, model, |size| {
+            size.window = size.window.or(stored.window);
+            size.calibration = size.calibration.or(stored.calibration);
+            size.counts_output |= stored.counts_output;
+        });
+    }
+
+    /// An overflow error's numbers: the window it states wins over
+    /// configuration, since it is what the upstream enforces. Returns what
+    /// to store.
+    pub fn learn_overflow(
+        &self,
+        upstream: &str,
+        model: &str,
+        window: Option<u64>,
+        counts_output: bool,
+        calibration: Option<Calibration>,
+    ) -> ModelSize {
+        self.update(upstream, model, |size| {
+            if let Some(window) = window {
+                size.window = Some((window, SizeSource::OverflowError));
+            }
+            size.counts_output |= counts_output;
+            if let Some(observed) = calibration {
+                size.calibration = Some(blend(size.calibration, observed));
+            }
+        })
+    }
+
+    /// A response's `usage` for a request of known size. Returns what to
+    /// store when it is due to be written back.
+    pub fn learn_usage(
+        &self,
+        upstream: &str,
+        model: &str,
+        observed: Calibration,
+    ) -> Option<ModelSize> {
+        let mut entries = self.lock();
+        let entry = entries.get_mut(&(upstream.to_string(), model.to_string()))?;
+        entry.size.calibration = Some(blend(entry.size.calibration, observed));
+        let due = entry
+            .saved_at
+            .is_none_or(|saved| saved.elapsed() >= SAVE_CALIBRATION_EVERY);
+        if due {
+            entry.saved_at = Some(Instant::now());
+        }
+        due.then_some(entry.size)
+    }
+
+    fn update(
+        &self,
+        upstream: &str,
+        model: &str,
+        change: impl FnOnce(&mut ModelSize),
+    ) -> ModelSize {
+        let mut entries = self.lock();
+        let key = (upstream.to_string(), model.to_string());
+        if !entries.contains_key(&key) {
+            make_room(&mut entries);
+        }
+        let entry = entries.entry(key).or_insert_with(|| Entry {
+            size: ModelSize::default(),
+            used_at: Instant::now(),
+            saved_at: None,
+        });
+        change(&mut entry.size);
+        self.with_config(model, entry.size)
+    }
+
+    /// A window learned from the upstream (now or stored earlier) wins over
+    /// configuration: it is what the upstream enforces.
+    fn with_config(&self, model: &str, mut size: ModelSize) -> ModelSize {
+        if size.window.is_none() {
+            size.window = self
+                .configured
+                .get(model)
+                .map(|&window| (window, SizeSource::Config));
+        }
+        size
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Entry>> {
+        // A panic while holding this lock leaves plain numbers behind, never
+        // a broken invariant: carry on with them.
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn blend(current: Option<Calibration>, observed: Calibration) -> Calibration {
+    current.map_or(observed, |current| current.blended(observed))
+}
+
+fn make_room(entries: &mut HashMap<(String, String), Entry>) {
+    if entries.len() < MAX_MODELS {
+        return;
+    }
+    let oldest = entries
+        .iter()
+        .min_by_key(|(_, entry)| entry.used_at)
+        .map(|(key, _)| key.clone());
+    if let Some(key) = oldest {
+        entries.remove(&key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn book() -> SizeBook {
+        SizeBook::new(HashMap::from([("gpt-4o".to_string(), 128_000)]))
+    }
+
+    #[test]
+    fn configuration_gives_a_window_until_the_upstream_states_another() {
+        let book = book();
+        let first = book.lookup("openai", "gpt-4o");
+        assert!(first.first_sight);
+        assert_eq!(first.size.window, Some((128_000, SizeSource::Config)));
+        book.learn_overflow("openai", "gpt-4o", Some(8_192), false, None);
+        let later = book.lookup("openai", "gpt-4o");
+        assert!(!later.first_sight);
+        assert_eq!(later.size.window, Some((8_192, SizeSource::OverflowError)));
+    }
+
+    #[test]
+    fn what_memory_knows_is_not_overwritten_by_the_store() {
+        let book = book();
+        book.lookup("local", "smollm2");
+        book.learn_overflow("local", "smollm2", Some(1024), false, None);
+        let stored = ModelSize {
+            window: Some((4096, SizeSource::Stored)),
+            calibration: Some(Calibration::from_rate(0.3)),
+            counts_output: true,
+        };
+        book.merge_stored("local", "smollm2", stored);
+        let size = book.lookup("local", "smollm2").size;
+        assert_eq!(size.window_tokens(), Some(1024));
+        assert_eq!(size.calibration, Some(Calibration::from_rate(0.3)));
+        assert!(size.counts_output);
+    }
+
+    #[test]
+    fn usage_calibrates_and_is_saved_at_most_once_per_interval() {
+        let book = book();
+        book.lookup("openai", "gpt-4o");
+        let saved = book.learn_usage("openai", "gpt-4o", Calibration::from_rate(0.3));
+        assert_eq!(
+            saved.and_then(|s| s.calibration),
+            Some(Calibration::from_rate(0.3))
+        );
+        assert!(book
+            .learn_usage("openai", "gpt-4o", Calibration::from_rate(0.3))
+            .is_none());
+    }
+
+    #[test]
+    fn the_book_stays_bounded_whatever_model_names_clients_send() {
+        let book = book();
+        for i in 0..MAX_MODELS + 10 {
+            book.lookup("openai", &format!("model-{i}"));
+        }
+        assert_eq!(book.lock().len(), MAX_MODELS);
+    }
+}
