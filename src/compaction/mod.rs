@@ -59,15 +59,23 @@ pub struct Job<'a> {
     pub trigger: &'static str,
 }
 
-/// Produces the compaction that replaces `job.current`, electing one
-/// summarizer per base across instances. A plan that cannot fit the window
-/// is refused first, before any lease or summary call.
-pub async fn compact(
-    storage: &Storage,
-    summarizer: &Summarizer<'_>,
+/// A cut that fits, with the sizes it was planned from and the transcript
+/// of what it summarizes.
+pub struct Planned {
+    layout: Layout,
+    plan: Plan,
+    transcript: Vec<String>,
+}
+
+/// Plans the compaction of `job` and checks it is worth paying for: the
+/// request after it fits the window, and what it summarizes fits the
+/// summary calls allowed. Needs nothing stored, so a request that cannot be
+/// helped is answered before any write, lease or summary call.
+pub fn prepare(
     sizing: &Sizing,
+    summarizer: &Summarizer<'_>,
     job: &Job<'_>,
-) -> Result<Compaction, CompactionError> {
+) -> Result<Planned, CompactionError> {
     let layout = sizing.layout(job);
     let plan = plan::plan(
         &layout.items,
@@ -83,14 +91,33 @@ pub async fn compact(
             window: layout.window,
         });
     }
-    let planned = Planned { layout, plan };
+    let fresh = &job.request.messages[layout.compacted..plan.cut];
+    let transcript = summarizer.transcript(fresh);
+    summarizer.check(job.current.map(|c| c.summary.as_str()), &transcript)?;
+    Ok(Planned {
+        layout,
+        plan,
+        transcript,
+    })
+}
+
+/// Produces the compaction that replaces `job.current`, electing one
+/// summarizer per base across instances.
+pub async fn compact(
+    storage: &Storage,
+    summarizer: &Summarizer<'_>,
+    lease_ttl: Duration,
+    planned: Planned,
+    job: &Job<'_>,
+) -> Result<Compaction, CompactionError> {
+    let planned = &planned;
     let base = job
         .current
         .map_or(job.conversation.chain[0], |c| c.prefix_hash);
     let holder = uuid::Uuid::new_v4().to_string();
     let holder = holder.as_str();
     let tenant = &job.conversation.tenant;
-    let ttl = sizing.lease_ttl;
+    let ttl = lease_ttl;
     let deadline = Instant::now() + ttl * 2;
     loop {
         let acquired = storage
@@ -99,7 +126,7 @@ pub async fn compact(
             })
             .await;
         if acquired != Some(false) {
-            let result = summarize_and_store(storage, summarizer, &planned, job, base).await;
+            let result = summarize_and_store(storage, summarizer, planned, job, base).await;
             if acquired == Some(true) {
                 storage
                     .run("release_lease", |s| async move {
@@ -132,12 +159,6 @@ async fn newer_compaction(storage: &Storage, job: &Job<'_>) -> Option<Compaction
     (latest.prefix_len > current_len).then_some(latest)
 }
 
-/// A cut that fits, with the sizes it was planned from.
-struct Planned {
-    layout: Layout,
-    plan: Plan,
-}
-
 async fn summarize_and_store(
     storage: &Storage,
     summarizer: &Summarizer<'_>,
@@ -150,12 +171,15 @@ async fn summarize_and_store(
         return Ok(done);
     }
     let started = Instant::now();
-    let Planned { layout, plan } = planned;
+    let Planned {
+        layout,
+        plan,
+        transcript,
+    } = planned;
     let compacted = layout.compacted;
     let (summary, calls) = if plan.cut > compacted {
-        let fresh = &job.request.messages[compacted..plan.cut];
         let previous = job.current.map(|c| c.summary.as_str());
-        let written = summarizer.summarize(previous, fresh).await?;
+        let written = summarizer.summarize(previous, transcript).await?;
         (written.text, written.calls)
     } else {
         let current = job.current.map(|c| c.summary.clone());

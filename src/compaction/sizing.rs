@@ -120,7 +120,7 @@ impl Sizing {
         let overhead = tokens_before.saturating_sub(in_view + old_summary);
         let max_output = job.adapter.max_output_tokens(job.request).unwrap_or(0);
         let counts_output =
-            self.known.counts_output || job.signal.cause == OverflowCause::InputPlusOutput;
+            !self.known.ignores_output || job.signal.cause == OverflowCause::InputPlusOutput;
         let summary_budget = self.summary_budget(window);
         let reserved = overhead
             + summary_budget

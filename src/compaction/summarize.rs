@@ -139,17 +139,30 @@ enum CallError {
 }
 
 impl Summarizer<'_> {
-    /// Folds `messages` into `previous`, in as few calls as the window
-    /// allows (one whenever the part fits), at most `max_calls`.
+    /// `messages` as the transcript entries summary calls carry.
+    pub fn transcript(&self, messages: &[Value]) -> Vec<String> {
+        messages
+            .iter()
+            .map(|m| self.adapter.transcript_entry(m))
+            .collect()
+    }
+
+    /// Whether `entries` fit the summary calls allowed, before any is made.
+    pub fn check(&self, previous: Option<&str>, entries: &[String]) -> Result<(), SummaryError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.next_chunk(&self.budget, entries, previous, 0)
+            .map(|_| ())
+    }
+
+    /// Folds transcript `entries` into `previous`, in as few calls as the
+    /// window allows (one whenever they fit), at most `max_calls`.
     pub async fn summarize(
         &self,
         previous: Option<&str>,
-        messages: &[Value],
+        entries: &[String],
     ) -> Result<Written, SummaryError> {
-        let entries: Vec<String> = messages
-            .iter()
-            .map(|m| self.adapter.transcript_entry(m))
-            .collect();
         let mut budget = self.budget;
         let mut running = previous.map(str::to_string);
         let (mut next, mut calls, mut shrinks) = (0, 0, 0);

@@ -142,8 +142,7 @@ impl Exchange {
         let known = self.model_size();
         let window = known.window_tokens()?;
         let estimate = known.calibration.unwrap_or_default().tokens(sent_bytes);
-        let output = known
-            .counts_output
+        let output = (!known.ignores_output)
             .then(|| self.adapter.max_output_tokens(&self.request))
             .flatten();
         let threshold = self.state.settings.compaction.proactive_threshold;
@@ -178,6 +177,7 @@ impl Exchange {
             upstream: self.route.upstream.name.clone(),
             model: self.request.model.clone(),
             sent_bytes,
+            requested_output: self.adapter.max_output_tokens(&self.request).unwrap_or(0),
         };
         let idle = self.state.upstream.idle_timeout();
         let response = respond::relayed(inspected, idle, Some((tap, &self.state.background)));
@@ -252,10 +252,6 @@ impl Exchange {
         sent_bytes: usize,
         trigger: &'static str,
     ) -> Result<Compaction, CompactionError> {
-        // The compaction names stored messages: let their write finish first.
-        if let Some(persisted) = self.persisted.take() {
-            let _ = persisted.await;
-        }
         let settings = &self.state.settings.compaction;
         let sizing = Sizing {
             keep_share: settings.keep_share,
@@ -288,7 +284,13 @@ impl Exchange {
             budget: self.summary_budget(&sizing, signal, sent_bytes, model),
             timeout: settings.summary_timeout,
         };
-        compaction::compact(&self.state.storage, &summarizer, &sizing, &job).await
+        let planned = compaction::prepare(&sizing, &summarizer, &job)?;
+        // The compaction names stored messages: let their write finish first.
+        if let Some(persisted) = self.persisted.take() {
+            let _ = persisted.await;
+        }
+        let storage = &self.state.storage;
+        compaction::compact(storage, &summarizer, sizing.lease_ttl, planned, &job).await
     }
 
     /// Summary calls sized to the summarizer's own window when another

@@ -59,13 +59,24 @@ impl Sizes {
         self.spawn_save(upstream, model, size, "overflow_error");
     }
 
-    /// The upstream counted a `sent_bytes` request as `input_tokens`.
-    pub fn learn_usage(&self, upstream: &str, model: &str, sent_bytes: usize, input_tokens: u64) {
+    /// The upstream counted a `sent_bytes` request with an output budget
+    /// of `requested_output` as `input_tokens`, and answered it.
+    pub fn learn_usage(
+        &self,
+        upstream: &str,
+        model: &str,
+        sent_bytes: usize,
+        input_tokens: u64,
+        requested_output: u64,
+    ) {
         if input_tokens == 0 || sent_bytes == 0 {
             return;
         }
         let observed = Calibration::measured(input_tokens, sent_bytes);
-        if let Some(size) = self.book.learn_usage(upstream, model, observed) {
+        let learned =
+            self.book
+                .learn_usage(upstream, model, observed, input_tokens, requested_output);
+        if let Some(size) = learned {
             self.spawn_save(upstream, model, size, "usage");
         }
     }
@@ -93,17 +104,18 @@ impl Sizes {
         self.background.spawn(async move {
             let (u, m) = (upstream.as_str(), model.as_str());
             if let Some((window, SizeSource::OverflowError)) = size.window {
-                let counts = size.counts_output;
                 storage
                     .run("record_model_limit", |s| async move {
-                        s.record_model_limit(u, m, window, counts, source).await
+                        s.record_model_limit(u, m, window, source).await
                     })
                     .await;
             }
             if let Some(calibration) = size.calibration {
+                let ignores = size.ignores_output;
                 storage
                     .run("record_calibration", |s| async move {
-                        s.record_calibration(u, m, calibration.rate()).await
+                        s.record_calibration(u, m, calibration.rate(), ignores)
+                            .await
                     })
                     .await;
             }
@@ -115,6 +127,6 @@ fn from_store(stored: StoredSize) -> ModelSize {
     ModelSize {
         window: stored.window.map(|w| (w, SizeSource::Stored)),
         calibration: stored.tokens_per_byte.map(Calibration::from_rate),
-        counts_output: stored.counts_output,
+        ignores_output: stored.ignores_output,
     }
 }

@@ -28,6 +28,8 @@ pub struct UsageTap {
     pub model: String,
     /// Size of the request body the upstream counted.
     pub sent_bytes: usize,
+    /// The request's `max_tokens`, 0 when it set none.
+    pub requested_output: u64,
 }
 
 /// `body` unchanged for the client; its usage learned on the side. The
@@ -75,9 +77,16 @@ async fn read_usage(
         upstream,
         model,
         sent_bytes,
+        requested_output,
         ..
     } = usage_tap;
-    sizes.learn_usage(&upstream, &model, sent_bytes, usage.input_tokens);
+    sizes.learn_usage(
+        &upstream,
+        &model,
+        sent_bytes,
+        usage.input_tokens,
+        requested_output,
+    );
     Some(usage)
 }
 

@@ -10,8 +10,8 @@ use sqlx::Row;
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StoredSize {
     pub window: Option<u64>,
-    pub counts_output: bool,
     pub tokens_per_byte: Option<f64>,
+    pub ignores_output: bool,
 }
 
 impl Store {
@@ -20,18 +20,18 @@ impl Store {
         Ok(self.model_size(upstream, model).await?.window)
     }
 
-    /// Window, output accounting and calibration of `model` behind `upstream`.
+    /// Window, calibration and output accounting of `model` behind `upstream`.
     pub async fn model_size(&self, upstream: &str, model: &str) -> Result<StoredSize> {
         let limit = sqlx::query(
-            "select context_window, counts_output from model_limits \
-             where upstream = $1 and model = $2",
+            "select context_window from model_limits where upstream = $1 and model = $2",
         )
         .bind(upstream)
         .bind(model)
         .fetch_optional(&self.pool)
         .await?;
         let rate = sqlx::query(
-            "select tokens_per_mbyte from model_calibrations where upstream = $1 and model = $2",
+            "select tokens_per_mbyte, ignores_output from model_calibrations \
+             where upstream = $1 and model = $2",
         )
         .bind(upstream)
         .bind(model)
@@ -42,41 +42,36 @@ impl Store {
             // A negative window cannot come from `record_model_limit`; treat
             // a hand-edited one as unknown rather than failing the request.
             size.window = u64::try_from(row.try_get::<i64, _>("context_window")?).ok();
-            size.counts_output = row.try_get::<i64, _>("counts_output")? != 0;
         }
         if let Some(row) = rate {
             let per_mbyte: i64 = row.try_get("tokens_per_mbyte")?;
             size.tokens_per_byte = (per_mbyte > 0).then(|| per_mbyte as f64 / 1e6);
+            size.ignores_output = row.try_get::<i64, _>("ignores_output")? != 0;
         }
         Ok(size)
     }
 
     /// Records (or replaces) the context window of `model` behind
     /// `upstream`, and where the number came from (`source`: config,
-    /// overflow error, …). The newest observation wins; once an upstream
-    /// is seen counting the output budget, that stays known.
+    /// overflow error, usage, …). The newest observation wins.
     pub async fn record_model_limit(
         &self,
         upstream: &str,
         model: &str,
         context_window: u64,
-        counts_output: bool,
         source: &str,
     ) -> Result<()> {
         let now = now_ms();
         sqlx::query(
             "insert into model_limits \
-             (upstream, model, context_window, counts_output, source, updated_at, created_at) \
-             values ($1, $2, $3, $4, $5, $6, $6) \
+             (upstream, model, context_window, source, updated_at, created_at) \
+             values ($1, $2, $3, $4, $5, $5) \
              on conflict (upstream, model) do update set context_window = excluded.context_window, \
-             counts_output = case when model_limits.counts_output > excluded.counts_output \
-                 then model_limits.counts_output else excluded.counts_output end, \
              source = excluded.source, updated_at = excluded.updated_at",
         )
         .bind(upstream)
         .bind(model)
         .bind(i64::try_from(context_window).unwrap_or(i64::MAX))
-        .bind(i64::from(counts_output))
         .bind(source)
         .bind(now)
         .execute(&self.pool)
@@ -84,23 +79,28 @@ impl Store {
         Ok(())
     }
 
-    /// Records (or replaces) the bytes-to-tokens rate of `model`'s requests.
+    /// Records (or replaces) the bytes-to-tokens rate of `model`'s requests,
+    /// and whether its upstream leaves the output budget out of the window.
     pub async fn record_calibration(
         &self,
         upstream: &str,
         model: &str,
         tokens_per_byte: f64,
+        ignores_output: bool,
     ) -> Result<()> {
         let per_mbyte = (tokens_per_byte * 1e6).round() as i64;
         sqlx::query(
-            "insert into model_calibrations (upstream, model, tokens_per_mbyte, updated_at, created_at) \
-             values ($1, $2, $3, $4, $4) \
+            "insert into model_calibrations \
+             (upstream, model, tokens_per_mbyte, ignores_output, updated_at, created_at) \
+             values ($1, $2, $3, $4, $5, $5) \
              on conflict (upstream, model) do update set \
-             tokens_per_mbyte = excluded.tokens_per_mbyte, updated_at = excluded.updated_at",
+             tokens_per_mbyte = excluded.tokens_per_mbyte, \
+             ignores_output = excluded.ignores_output, updated_at = excluded.updated_at",
         )
         .bind(upstream)
         .bind(model)
         .bind(per_mbyte)
+        .bind(i64::from(ignores_output))
         .bind(now_ms())
         .execute(&self.pool)
         .await?;

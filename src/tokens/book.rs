@@ -15,8 +15,10 @@ use std::time::{Duration, Instant};
 /// bounded: past this, the oldest-looked-at entry is forgotten.
 const MAX_MODELS: usize = 4096;
 
-/// A calibration learned from `usage` is written back at most this often
-/// per model: it changes a little with every response.
+/// A calibration learned from `usage` changes a little with every response:
+/// it is written back when it moved by more than this share since it was
+/// last written, or when this long has passed.
+const SAVE_CALIBRATION_CHANGE: f64 = 0.05;
 const SAVE_CALIBRATION_EVERY: Duration = Duration::from_secs(30);
 
 /// Where a known window came from.
@@ -34,9 +36,10 @@ pub enum SizeSource {
 pub struct ModelSize {
     pub window: Option<(u64, SizeSource)>,
     pub calibration: Option<Calibration>,
-    /// The upstream refused input + `max_tokens` over the window, so it
-    /// counts the output budget against the window.
-    pub counts_output: bool,
+    /// The upstream answered a request whose input plus `max_tokens`
+    /// exceeded the window, so it leaves the output budget out of the
+    /// window (llama.cpp). Until seen, assume it counts, as most APIs do.
+    pub ignores_output: bool,
 }
 
 impl ModelSize {
@@ -48,7 +51,26 @@ impl ModelSize {
 struct Entry {
     size: ModelSize,
     used_at: Instant,
-    saved_at: Option<Instant>,
+    /// When the calibration was last written back, and what it was.
+    saved: Option<(Instant, Calibration)>,
+}
+
+impl Entry {
+    fn new() -> Self {
+        Self {
+            size: ModelSize::default(),
+            used_at: Instant::now(),
+            saved: None,
+        }
+    }
+
+    fn calibration_due(&self) -> bool {
+        let (Some((at, saved)), Some(now)) = (self.saved, self.size.calibration) else {
+            return true;
+        };
+        let moved = (now.rate() - saved.rate()).abs() / saved.rate();
+        moved > SAVE_CALIBRATION_CHANGE || at.elapsed() >= SAVE_CALIBRATION_EVERY
+    }
 }
 
 pub struct SizeBook {
@@ -79,11 +101,7 @@ impl SizeBook {
         if first_sight {
             make_room(&mut entries);
         }
-        let entry = entries.entry(key).or_insert_with(|| Entry {
-            size: ModelSize::default(),
-            used_at: Instant::now(),
-            saved_at: None,
-        });
+        let entry = entries.entry(key).or_insert_with(Entry::new);
         entry.used_at = Instant::now();
         Lookup {
             size: self.with_config(model, entry.size),
@@ -96,7 +114,7 @@ impl SizeBook {
         self.update(upstream, model, |size| {
             size.window = size.window.or(stored.window);
             size.calibration = size.calibration.or(stored.calibration);
-            size.counts_output |= stored.counts_output;
+            size.ignores_output |= stored.ignores_output;
         });
     }
 
@@ -108,36 +126,42 @@ impl SizeBook {
         upstream: &str,
         model: &str,
         window: Option<u64>,
-        counts_output: bool,
+        counted_output: bool,
         calibration: Option<Calibration>,
     ) -> ModelSize {
         self.update(upstream, model, |size| {
             if let Some(window) = window {
                 size.window = Some((window, SizeSource::OverflowError));
             }
-            size.counts_output |= counts_output;
+            size.ignores_output &= !counted_output;
             if let Some(observed) = calibration {
                 size.calibration = Some(blend(size.calibration, observed));
             }
         })
     }
 
-    /// A response's `usage` for a request of known size. Returns what to
-    /// store when it is due to be written back.
+    /// A response's `usage`: `observed` for a request whose output budget
+    /// was `requested_output`. Returns what to store when it is due to be
+    /// written back.
     pub fn learn_usage(
         &self,
         upstream: &str,
         model: &str,
         observed: Calibration,
+        input_tokens: u64,
+        requested_output: u64,
     ) -> Option<ModelSize> {
         let mut entries = self.lock();
         let entry = entries.get_mut(&(upstream.to_string(), model.to_string()))?;
-        entry.size.calibration = Some(blend(entry.size.calibration, observed));
-        let due = entry
-            .saved_at
-            .is_none_or(|saved| saved.elapsed() >= SAVE_CALIBRATION_EVERY);
+        let window = self.with_config(model, entry.size).window_tokens();
+        let beyond_window = window.is_some_and(|w| input_tokens + requested_output > w);
+        let learned_ignoring = requested_output > 0 && beyond_window && !entry.size.ignores_output;
+        entry.size.ignores_output |= learned_ignoring;
+        let calibration = blend(entry.size.calibration, observed);
+        entry.size.calibration = Some(calibration);
+        let due = learned_ignoring || entry.calibration_due();
         if due {
-            entry.saved_at = Some(Instant::now());
+            entry.saved = Some((Instant::now(), calibration));
         }
         due.then_some(entry.size)
     }
@@ -153,11 +177,7 @@ impl SizeBook {
         if !entries.contains_key(&key) {
             make_room(&mut entries);
         }
-        let entry = entries.entry(key).or_insert_with(|| Entry {
-            size: ModelSize::default(),
-            used_at: Instant::now(),
-            saved_at: None,
-        });
+        let entry = entries.entry(key).or_insert_with(Entry::new);
         change(&mut entry.size);
         self.with_config(model, entry.size)
     }
@@ -228,27 +248,41 @@ mod tests {
         let stored = ModelSize {
             window: Some((4096, SizeSource::Stored)),
             calibration: Some(Calibration::from_rate(0.3)),
-            counts_output: true,
+            ignores_output: true,
         };
         book.merge_stored("local", "smollm2", stored);
         let size = book.lookup("local", "smollm2").size;
         assert_eq!(size.window_tokens(), Some(1024));
         assert_eq!(size.calibration, Some(Calibration::from_rate(0.3)));
-        assert!(size.counts_output);
+        assert!(size.ignores_output);
     }
 
     #[test]
-    fn usage_calibrates_and_is_saved_at_most_once_per_interval() {
+    fn usage_calibrates_and_is_saved_when_it_moves() {
         let book = book();
         book.lookup("openai", "gpt-4o");
-        let saved = book.learn_usage("openai", "gpt-4o", Calibration::from_rate(0.3));
-        assert_eq!(
-            saved.and_then(|s| s.calibration),
-            Some(Calibration::from_rate(0.3))
-        );
-        assert!(book
-            .learn_usage("openai", "gpt-4o", Calibration::from_rate(0.3))
-            .is_none());
+        let rate = Calibration::from_rate(0.3);
+        let saved = book.learn_usage("openai", "gpt-4o", rate, 1_000, 256);
+        assert_eq!(saved.and_then(|s| s.calibration), Some(rate));
+        let same = book.learn_usage("openai", "gpt-4o", rate, 1_000, 256);
+        assert!(same.is_none(), "nothing new to write");
+        let higher = Calibration::from_rate(0.33);
+        let moved = book.learn_usage("openai", "gpt-4o", higher, 1_000, 256);
+        assert_eq!(moved.and_then(|s| s.calibration), Some(higher));
+    }
+
+    #[test]
+    fn an_answer_past_the_window_with_its_output_shows_the_output_is_not_counted() {
+        let book = book();
+        book.lookup("local", "smollm2");
+        book.learn_overflow("local", "smollm2", Some(1024), false, None);
+        let rate = Calibration::from_rate(0.3);
+        book.learn_usage("local", "smollm2", rate, 900, 100);
+        assert!(!book.lookup("local", "smollm2").size.ignores_output);
+        let saved = book.learn_usage("local", "smollm2", rate, 1000, 100);
+        assert!(saved.is_some_and(|s| s.ignores_output), "saved at once");
+        book.learn_overflow("local", "smollm2", Some(1024), true, None);
+        assert!(!book.lookup("local", "smollm2").size.ignores_output);
     }
 
     #[test]

@@ -10,9 +10,10 @@ pub use book::{ModelSize, SizeBook, SizeSource};
 /// Bytes per token when nothing better is known.
 pub const DEFAULT_BYTES_PER_TOKEN: f64 = 4.0;
 
-/// Weight of a new `usage` observation in a model's running calibration:
-/// recent requests dominate, one odd body cannot swing it far.
-const CALIBRATION_WEIGHT: f64 = 0.3;
+/// Weight of a lower `usage` observation in a model's running calibration.
+/// A higher one is taken at once: estimates err high, so a request near the
+/// window is compacted before sending rather than refused by the upstream.
+const CALIBRATION_DECAY: f64 = 0.2;
 
 pub fn estimate_bytes(bytes: usize) -> u64 {
     (bytes as f64 / DEFAULT_BYTES_PER_TOKEN).ceil() as u64
@@ -55,10 +56,14 @@ impl Calibration {
         self.tokens_per_byte
     }
 
-    /// This calibration moved toward a new observation.
+    /// This calibration after a new observation: up to a higher rate at
+    /// once, part of the way down to a lower one.
     pub fn blended(self, observed: Calibration) -> Self {
-        let rate = self.tokens_per_byte * (1.0 - CALIBRATION_WEIGHT)
-            + observed.tokens_per_byte * CALIBRATION_WEIGHT;
+        if observed.tokens_per_byte >= self.tokens_per_byte {
+            return observed;
+        }
+        let rate = self.tokens_per_byte * (1.0 - CALIBRATION_DECAY)
+            + observed.tokens_per_byte * CALIBRATION_DECAY;
         Self::from_rate(rate)
     }
 
@@ -84,10 +89,12 @@ mod tests {
     }
 
     #[test]
-    fn blending_moves_part_of_the_way_toward_an_observation() {
+    fn a_higher_rate_is_taken_at_once_and_a_lower_one_slowly() {
         let start = Calibration::from_rate(0.25);
-        let blended = start.blended(Calibration::from_rate(0.35));
-        assert!((blended.rate() - 0.28).abs() < 1e-9, "{}", blended.rate());
+        let higher = Calibration::from_rate(0.35);
+        assert_eq!(start.blended(higher), higher);
+        let lowered = higher.blended(start);
+        assert!((lowered.rate() - 0.33).abs() < 1e-9, "{}", lowered.rate());
     }
 
     #[test]

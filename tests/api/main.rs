@@ -10,5 +10,6 @@ mod helpers;
 mod persistence;
 mod process;
 mod sdk;
+mod sizing;
 mod store;
 mod streaming;

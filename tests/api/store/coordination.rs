@@ -47,15 +47,15 @@ async fn model_limits_are_upserted(backend: TestBackend) {
         None
     );
     store
-        .record_model_limit("openai", "gpt-4o", 128_000, true, "config")
+        .record_model_limit("openai", "gpt-4o", 128_000, "config")
         .await
         .expect("record");
     store
-        .record_model_limit("openai", "gpt-4o", 127_000, false, "overflow")
+        .record_model_limit("openai", "gpt-4o", 127_000, "overflow")
         .await
         .expect("update");
     store
-        .record_model_limit("azure", "gpt-4o", 8_192, false, "usage")
+        .record_model_limit("azure", "gpt-4o", 8_192, "usage")
         .await
         .expect("record");
 
@@ -68,19 +68,23 @@ async fn model_limits_are_upserted(backend: TestBackend) {
         Some(8_192)
     );
     assert_eq!(db.count("select count(*) from model_limits").await, 2);
-    let openai = store.model_size("openai", "gpt-4o").await.expect("read");
-    assert!(openai.counts_output, "once seen counting output, it stays");
-    assert_eq!(openai.tokens_per_byte, None);
+    let unknown = store.model_size("openai", "gpt-4o").await.expect("read");
+    assert_eq!(
+        (unknown.tokens_per_byte, unknown.ignores_output),
+        (None, false)
+    );
     store
-        .record_calibration("openai", "gpt-4o", 0.25)
+        .record_calibration("openai", "gpt-4o", 0.25, true)
         .await
         .expect("record");
     store
-        .record_calibration("openai", "gpt-4o", 0.3125)
+        .record_calibration("openai", "gpt-4o", 0.3125, false)
         .await
         .expect("update");
     let calibrated = store.model_size("openai", "gpt-4o").await.expect("read");
+    assert_eq!(calibrated.window, Some(127_000));
     assert_eq!(calibrated.tokens_per_byte, Some(0.3125));
+    assert!(!calibrated.ignores_output, "the newest observation wins");
     let azure = store.model_size("azure", "gpt-4o").await.expect("read");
-    assert_eq!((azure.counts_output, azure.tokens_per_byte), (false, None));
+    assert_eq!(azure.tokens_per_byte, None);
 }
