@@ -9,6 +9,7 @@ mod forwarding;
 mod helpers;
 mod persistence;
 mod process;
+mod realllm;
 mod sdk;
 mod sizing;
 mod store;

@@ -84,7 +84,7 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
     }
 }
 
-async fn start_proxy(settings: &Value) -> String {
+pub async fn start_proxy(settings: &Value) -> String {
     let settings: Settings =
         serde_json::from_value(settings.clone()).expect("test settings deserialize");
     settings.validate().expect("test settings are valid");

@@ -7,4 +7,5 @@ pub mod db;
 pub mod fixtures;
 pub mod fleet;
 pub mod process;
+pub mod recorder;
 pub mod tcp_relay;
