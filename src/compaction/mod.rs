@@ -149,7 +149,8 @@ pub async fn compact(
 
 /// A compaction of this chain deeper than the one the request started with.
 async fn newer_compaction(storage: &Storage, job: &Job<'_>) -> Option<Compaction> {
-    let (tenant, chain) = (&job.conversation.tenant, &job.conversation.chain);
+    let tenant = &job.conversation.tenant;
+    let chain = job.conversation.summarizable_chain();
     let latest = storage
         .run("latest_compaction", |s| async move {
             s.latest_compaction(tenant, chain).await

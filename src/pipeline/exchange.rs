@@ -193,7 +193,8 @@ impl Exchange {
     }
 
     async fn stored_compaction(&mut self) -> Option<Compaction> {
-        let (tenant, chain) = (&self.conversation.tenant, &self.conversation.chain);
+        let tenant = &self.conversation.tenant;
+        let chain = self.conversation.summarizable_chain();
         let found = self
             .state
             .storage

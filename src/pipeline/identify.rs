@@ -16,6 +16,14 @@ pub struct Conversation {
 }
 
 impl Conversation {
+    /// The prefixes a stored summary may stand in for: every one but the
+    /// whole request. A rewind or a regenerate can end exactly where an
+    /// earlier compaction did; its newest message must still go upstream as
+    /// itself, not only inside the summary.
+    pub fn summarizable_chain(&self) -> &[ChainHash] {
+        &self.chain[..self.chain.len().saturating_sub(1)]
+    }
+
     pub fn identify(
         adapter: &dyn Adapter,
         salt: &[u8],

@@ -42,6 +42,7 @@ both_backends!(
     a_restarted_proxy_reuses_the_stored_compaction,
     errors_that_are_not_overflows_pass_through_untouched,
     a_failed_summary_returns_the_original_overflow_error,
+    a_rewind_to_a_compacted_prefix_sends_its_newest_message_as_itself,
 );
 
 async fn a_long_tool_using_agent_never_sees_an_overflow(backend: TestBackend) {
@@ -265,4 +266,31 @@ async fn a_failed_summary_returns_the_original_overflow_error(backend: TestBacke
         1,
         "a failed summary is not retried in a loop"
     );
+}
+
+/// A regenerate, a rewind or an edited resend can end exactly where a stored
+/// compaction ends; that summary must not absorb the newest message.
+async fn a_rewind_to_a_compacted_prefix_sends_its_newest_message_as_itself(backend: TestBackend) {
+    let app = spawn_app_with(small_window(backend)).await;
+    let mut agent = Agent::new(Dialect::OpenAi, MODEL, 1_500, 3);
+    agent.run_until_summaries(&app, 1, 19).await;
+    agent.say("What next?");
+    let step = agent.send(&app).await;
+    let covered = step
+        .compacted_messages
+        .expect("the stored summary applies to the next turn") as usize;
+
+    let mut rewound = agent.request();
+    let with_system = rewound["messages"].as_array().expect("messages")[..covered + 1].to_vec();
+    rewound["messages"] = Value::Array(with_system);
+    let response = app.post_chat(&rewound).await;
+    assert_eq!(response.status(), 200);
+
+    let sent = last_accepted(&app);
+    assert_eq!(
+        sent.last(),
+        Some(&agent.messages[covered - 1]),
+        "the request's newest message reached the upstream as its own message"
+    );
+    assert!(sent.len() > 2, "more than the system prompt and a summary");
 }
