@@ -15,6 +15,8 @@ const SECONDS_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 ];
 const TOKEN_BUCKETS: &[f64] = &[1e3, 4e3, 16e3, 32e3, 64e3, 128e3, 200e3, 400e3, 1e6];
+/// Estimate over actual: the buckets that tell a good estimate from a bad one.
+const RATIO_BUCKETS: &[f64] = &[0.5, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 2.0];
 
 /// The process-wide recorder; installed on first use (tests build many apps
 /// in one process, and a process has one recorder).
@@ -25,6 +27,9 @@ pub fn handle() -> PrometheusHandle {
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Suffix("_tokens".into()), TOKEN_BUCKETS)
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Suffix("_ratio".into()), RATIO_BUCKETS)
                 })
                 .map(PrometheusBuilder::build_recorder)
                 .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
@@ -64,6 +69,10 @@ fn describe() {
         "Compactions by trigger and outcome (stored, reused, duplicate, unstored)."
     );
     describe_counter!(
+        "condenser_summary_calls_total",
+        "Summary calls by outcome (ok; overflow: retried smaller; retried: failed in passing; error)."
+    );
+    describe_counter!(
         "condenser_compactions_exhausted_total",
         "Requests that reached max_compactions and got the upstream's overflow."
     );
@@ -91,6 +100,10 @@ fn describe() {
     describe_counter!(
         "condenser_storage_skipped_total",
         "Storage operations skipped while degraded, by operation."
+    );
+    describe_histogram!(
+        "condenser_token_estimate_ratio",
+        "A request's estimated input tokens over the upstream's own count, once calibrated."
     );
     describe_histogram!(
         "condenser_storage_seconds",

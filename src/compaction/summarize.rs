@@ -33,6 +33,11 @@ const CALL_MARGIN_SHARE: f64 = 0.05;
 /// Retries of a summary call that overflowed, each one smaller.
 const MAX_SHRINKS: usize = 2;
 
+/// Retries of a summary call that failed in passing (a 5xx, an overloaded
+/// upstream, a reset connection), after waits of 0.5 s and then 1 s.
+const MAX_TRANSIENT_RETRIES: u32 = 2;
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+
 /// Why a summary could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum SummaryError {
@@ -51,6 +56,17 @@ pub enum SummaryError {
 }
 
 impl SummaryError {
+    /// Whether the same call may well succeed a moment later.
+    fn is_transient(&self) -> bool {
+        match self {
+            Self::Upstream { status, .. } => {
+                matches!(status, 408 | 409 | 429 | 500 | 502 | 503 | 504 | 529)
+            }
+            Self::Transport(_) => true,
+            _ => false,
+        }
+    }
+
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Upstream { .. } => "upstream_error",
@@ -165,7 +181,8 @@ impl Summarizer<'_> {
     ) -> Result<Written, SummaryError> {
         let mut budget = self.budget;
         let mut running = previous.map(str::to_string);
-        let (mut next, mut calls, mut shrinks) = (0, 0, 0);
+        let (mut next, mut calls, mut shrinks, mut retries) = (0, 0, 0, 0);
+        let deadline = tokio::time::Instant::now() + self.timeout;
         while next < entries.len() {
             let chunk = self.next_chunk(&budget, &entries[next..], running.as_deref(), calls)?;
             match self.call(&budget, running.as_deref(), &chunk.text).await {
@@ -184,6 +201,19 @@ impl Summarizer<'_> {
                     shrinks += 1;
                 }
                 Err(CallError::Overflow(..)) => return Err(SummaryError::Overflow),
+                Err(CallError::Failed(error))
+                    if error.is_transient() && retries < MAX_TRANSIENT_RETRIES =>
+                {
+                    let wait = FIRST_BACKOFF * 2u32.pow(retries);
+                    if tokio::time::Instant::now() + wait >= deadline {
+                        return Err(error);
+                    }
+                    metrics::counter!("condenser_summary_calls_total", "outcome" => "retried")
+                        .increment(1);
+                    tracing::warn!(%error, ?wait, "summary call failed in passing: retrying");
+                    tokio::time::sleep(wait).await;
+                    retries += 1;
+                }
                 Err(CallError::Failed(error)) => {
                     metrics::counter!("condenser_summary_calls_total", "outcome" => "error")
                         .increment(1);

@@ -5,6 +5,7 @@ use crate::helpers::agent::{filler, text, Agent, Dialect};
 use crate::helpers::app::{spawn_app_with, Options, TestApp};
 use crate::helpers::db::{both_backends, TestBackend};
 use condenser::protocol::SUMMARY_MARKER;
+use fake_upstream::{RequestKind, Scripted};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
@@ -34,6 +35,7 @@ both_backends!(
     a_huge_tool_result_is_bounded,
     summaries_stay_flat_and_bounded_over_thirty_compactions,
     a_restarted_proxy_reuses_the_stored_compaction,
+    a_summary_call_answered_overloaded_is_retried_and_the_client_gets_its_answer,
 );
 
 async fn summaries_stay_flat_and_bounded_over_thirty_compactions(backend: TestBackend) {
@@ -132,4 +134,26 @@ async fn a_huge_tool_result_is_bounded(backend: TestBackend) {
             .expect("message")
             .starts_with("prompt is too long"));
     }
+}
+
+async fn a_summary_call_answered_overloaded_is_retried_and_the_client_gets_its_answer(
+    backend: TestBackend,
+) {
+    let app = spawn_app_with(small_window(backend)).await;
+    app.upstream.push_script(Scripted::Respond {
+        kind: RequestKind::Summary,
+        status: 529,
+        headers: vec![],
+        body: r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+            .into(),
+    });
+    let mut agent = Agent::new(Dialect::Anthropic, MODEL, 1_500, 3);
+    agent.run_until_summaries(&app, 2, 19).await;
+    let summaries = app.upstream.summary_requests();
+    assert_eq!(summaries[0].status, 529);
+    assert_eq!(summaries[1].status, 200, "the same summary, retried");
+    assert_eq!(
+        summaries[0].body, summaries[1].body,
+        "the retry is the same call"
+    );
 }

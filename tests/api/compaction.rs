@@ -263,8 +263,8 @@ async fn a_failed_summary_returns_the_original_overflow_error(backend: TestBacke
     );
     assert_eq!(
         app.upstream.summary_requests().len(),
-        1,
-        "a failed summary is not retried in a loop"
+        3,
+        "a summary call failing in passing is retried twice, not in a loop"
     );
 }
 
