@@ -72,6 +72,12 @@ impl Sizes {
         if input_tokens == 0 || sent_bytes == 0 {
             return;
         }
+        if let Some(before) = self.book.lookup(upstream, model).size.calibration {
+            // How far the estimate a request was sized by was from the
+            // upstream's own count: the accuracy an operator can watch.
+            let ratio = before.tokens(sent_bytes) as f64 / input_tokens as f64;
+            metrics::histogram!("condenser_token_estimate_ratio").record(ratio);
+        }
         let observed = Calibration::measured(input_tokens, sent_bytes);
         let learned =
             self.book

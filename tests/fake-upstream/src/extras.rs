@@ -1,5 +1,6 @@
 //! The endpoints a proxy must pass through untouched, plus two test aids:
-//! `/v1/echo` returns its body, `/v1/slow-stream` trickles SSE events.
+//! `/v1/echo` returns its body, `/v1/slow-stream` trickles SSE events, and
+//! `/_fake/stats` counts the request log.
 
 use crate::state::{Protocol, RecordedRequest, RequestKind, State};
 use axum::body::Body;
@@ -154,4 +155,22 @@ pub async fn slow_stream(AxumState(state): AxumState<Arc<State>>, request: Reque
         .body(Body::from_stream(events))
         .expect("static response parts");
     finish(&state, record_of(&parts, body), response)
+}
+
+/// Counts over the request log, for benchmarks that drive the fake as a
+/// process: chat and summary calls, and how many of each it refused.
+pub async fn stats(AxumState(state): AxumState<Arc<State>>) -> Response {
+    let log = state.log();
+    let count = |kind: RequestKind, refused: bool| {
+        log.iter()
+            .filter(|r| r.kind == kind && (r.status >= 400) == refused)
+            .count()
+    };
+    axum::Json(json!({
+        "chat_answered": count(RequestKind::Chat, false),
+        "chat_refused": count(RequestKind::Chat, true),
+        "summary_answered": count(RequestKind::Summary, false),
+        "summary_refused": count(RequestKind::Summary, true),
+    }))
+    .into_response()
 }

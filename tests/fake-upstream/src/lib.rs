@@ -98,5 +98,6 @@ fn router(state: Arc<state::State>) -> Router {
         .route("/v1/embeddings", post(extras::embeddings))
         .route("/v1/echo", post(extras::echo))
         .route("/v1/slow-stream", get(extras::slow_stream))
+        .route("/_fake/stats", get(extras::stats))
         .with_state(state)
 }

@@ -23,6 +23,9 @@ struct Args {
     first_byte_delay_ms: u64,
     #[arg(long, default_value_t = 0)]
     chunk_delay_ms: u64,
+    /// Extra delay before answering a summary call (a summarizer's latency).
+    #[arg(long, default_value_t = 0)]
+    summary_delay_ms: u64,
     #[arg(long, default_value_t = 4)]
     stream_chunks: usize,
     /// Do not keep a log of requests (benchmarks).
@@ -47,6 +50,7 @@ async fn main() -> anyhow::Result<()> {
         summary_marker: args.summary_marker,
         first_byte_delay: Duration::from_millis(args.first_byte_delay_ms),
         chunk_delay: Duration::from_millis(args.chunk_delay_ms),
+        summary_delay: Duration::from_millis(args.summary_delay_ms),
         stream_chunks: args.stream_chunks,
         record_requests: !args.no_record,
         ..FakeConfig::default()
