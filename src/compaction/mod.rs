@@ -206,7 +206,7 @@ async fn summarize_and_store(
         trigger: job.trigger.to_string(),
         trims: serde_json::to_string(&trims).unwrap_or_else(|_| "[]".into()),
         duration_ms: started.elapsed().as_millis() as i64,
-        created_at_ms: 0,
+        created_at_ms: crate::store::now_ms(),
     };
     store(storage, job, &compaction).await;
     log_compaction(job, &compaction, trims.len(), calls);

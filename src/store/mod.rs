@@ -26,6 +26,7 @@ pub use compactions::Compaction;
 pub use conversations::{ConversationDetail, ConversationSummary, MessageNode};
 pub use limits::StoredSize;
 pub use messages::NewMessage;
+pub use rows::now_ms;
 
 use sqlx::AnyPool;
 use std::time::Duration;

@@ -40,7 +40,7 @@ pub(super) fn push_row_placeholders(
 }
 
 /// Wall-clock unix milliseconds, for `created_at` columns.
-pub(super) fn now_ms() -> i64 {
+pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| {

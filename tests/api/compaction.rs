@@ -43,6 +43,7 @@ both_backends!(
     errors_that_are_not_overflows_pass_through_untouched,
     a_failed_summary_returns_the_original_overflow_error,
     a_rewind_to_a_compacted_prefix_sends_its_newest_message_as_itself,
+    a_stored_compaction_records_when_it_was_made,
 );
 
 async fn a_long_tool_using_agent_never_sees_an_overflow(backend: TestBackend) {
@@ -293,4 +294,27 @@ async fn a_rewind_to_a_compacted_prefix_sends_its_newest_message_as_itself(backe
         "the request's newest message reached the upstream as its own message"
     );
     assert!(sent.len() > 2, "more than the system prompt and a summary");
+}
+
+async fn a_stored_compaction_records_when_it_was_made(backend: TestBackend) {
+    let app = spawn_app_with(small_window(backend)).await;
+    let before = condenser::store::now_ms();
+    let mut agent = Agent::new(Dialect::OpenAi, MODEL, 1_500, 3);
+    agent.run_until_summaries(&app, 1, 19).await;
+    let after = condenser::store::now_ms();
+    let mut created = 0;
+    for _ in 0..50 {
+        created = app
+            .db
+            .count("select coalesce(max(created_at), 0) from compactions")
+            .await;
+        if created > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        (before..=after).contains(&created),
+        "created_at {created} lies within the run ({before}..={after})"
+    );
 }
