@@ -15,6 +15,7 @@ use http_body_util::BodyExt;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 pub const KEEPALIVE_COMMENT: &[u8] = b": condenser is compacting the conversation\n\n";
 
@@ -66,7 +67,7 @@ fn commit_early(
     adapter: &'static dyn Adapter,
 ) -> Response {
     let (sender, receiver) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
-    tokio::spawn(feed(work, sender, interval, adapter));
+    tokio::spawn(feed(work, sender, interval, adapter).in_current_span());
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(receiver));
     let mut response = Response::new(body);
     let headers = response.headers_mut();

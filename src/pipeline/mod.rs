@@ -22,6 +22,7 @@ use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use exchange::Exchange;
 use identify::Conversation;
+use tracing::Instrument;
 
 pub use keepalive::KEEPALIVE_COMMENT;
 
@@ -72,7 +73,9 @@ pub async fn handle(state: &AppState, route: Route, request: Request) -> Respons
         return response.into_response();
     }
     let (compacting_tx, compacting_rx) = tokio::sync::watch::channel(false);
-    let work = state.background.spawn(exchange.run(Some(compacting_tx)));
+    let work = state
+        .background
+        .spawn(exchange.run(Some(compacting_tx)).in_current_span());
     keepalive::respond(
         work,
         compacting_rx,

@@ -9,6 +9,7 @@ use serde_json::Value;
 use std::sync::Arc;
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 /// Starts storing the messages of `request` not stored yet. The handle
 /// resolves to false when the database could not be reached.
@@ -21,32 +22,35 @@ pub fn spawn(
     let storage = storage.clone();
     let conversation = conversation.clone();
     let request = request.clone();
-    background.spawn(async move {
-        let tenant = &conversation.tenant;
-        let chain = &conversation.chain;
-        let Some(stored) = storage
-            .run("stored_prefix", |s| async move {
-                s.stored_prefix_len(tenant, chain).await
-            })
-            .await
-        else {
-            return false;
-        };
-        if stored >= conversation.chain.len() {
-            return true;
+    background.spawn(
+        async move {
+            let tenant = &conversation.tenant;
+            let chain = &conversation.chain;
+            let Some(stored) = storage
+                .run("stored_prefix", |s| async move {
+                    s.stored_prefix_len(tenant, chain).await
+                })
+                .await
+            else {
+                return false;
+            };
+            if stored >= conversation.chain.len() {
+                return true;
+            }
+            let new = &rows_from(&conversation, &request, stored);
+            let label = conversation.label.as_deref();
+            let written = storage
+                .run("insert_messages", |s| async move {
+                    s.insert_messages(tenant, label, new).await
+                })
+                .await;
+            if let Some(count) = written {
+                metrics::counter!("condenser_messages_stored_total").increment(count);
+            }
+            written.is_some()
         }
-        let new = &rows_from(&conversation, &request, stored);
-        let label = conversation.label.as_deref();
-        let written = storage
-            .run("insert_messages", |s| async move {
-                s.insert_messages(tenant, label, new).await
-            })
-            .await;
-        if let Some(count) = written {
-            metrics::counter!("condenser_messages_stored_total").increment(count);
-        }
-        written.is_some()
-    })
+        .in_current_span(),
+    )
 }
 
 /// One row per chain link from `first` on: the system part is position 0,

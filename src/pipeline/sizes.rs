@@ -10,6 +10,7 @@ use crate::tokens::{Calibration, ModelSize, SizeBook, SizeSource};
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 #[derive(Clone)]
 pub struct Sizes {
@@ -89,16 +90,19 @@ impl Sizes {
 
     fn spawn_load(&self, upstream: &str, model: &str) {
         let (this, upstream, model) = (self.clone(), upstream.to_string(), model.to_string());
-        self.background.spawn(async move {
-            let (u, m) = (upstream.as_str(), model.as_str());
-            let stored = this
-                .storage
-                .run("model_size", |s| async move { s.model_size(u, m).await })
-                .await;
-            if let Some(stored) = stored {
-                this.book.merge_stored(u, m, from_store(stored));
+        self.background.spawn(
+            async move {
+                let (u, m) = (upstream.as_str(), model.as_str());
+                let stored = this
+                    .storage
+                    .run("model_size", |s| async move { s.model_size(u, m).await })
+                    .await;
+                if let Some(stored) = stored {
+                    this.book.merge_stored(u, m, from_store(stored));
+                }
             }
-        });
+            .in_current_span(),
+        );
     }
 
     fn spawn_save(&self, upstream: &str, model: &str, size: ModelSize, source: &'static str) {
@@ -107,25 +111,28 @@ impl Sizes {
             upstream.to_string(),
             model.to_string(),
         );
-        self.background.spawn(async move {
-            let (u, m) = (upstream.as_str(), model.as_str());
-            if let Some((window, SizeSource::OverflowError)) = size.window {
-                storage
-                    .run("record_model_limit", |s| async move {
-                        s.record_model_limit(u, m, window, source).await
-                    })
-                    .await;
+        self.background.spawn(
+            async move {
+                let (u, m) = (upstream.as_str(), model.as_str());
+                if let Some((window, SizeSource::OverflowError)) = size.window {
+                    storage
+                        .run("record_model_limit", |s| async move {
+                            s.record_model_limit(u, m, window, source).await
+                        })
+                        .await;
+                }
+                if let Some(calibration) = size.calibration {
+                    let ignores = size.ignores_output;
+                    storage
+                        .run("record_calibration", |s| async move {
+                            s.record_calibration(u, m, calibration.rate(), ignores)
+                                .await
+                        })
+                        .await;
+                }
             }
-            if let Some(calibration) = size.calibration {
-                let ignores = size.ignores_output;
-                storage
-                    .run("record_calibration", |s| async move {
-                        s.record_calibration(u, m, calibration.rate(), ignores)
-                            .await
-                    })
-                    .await;
-            }
-        });
+            .in_current_span(),
+        );
     }
 }
 

@@ -12,6 +12,7 @@ use futures_util::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 /// Chunks the reader may fall behind by; past that it stops reading rather
 /// than slow the client down or buffer without bound.
@@ -47,7 +48,7 @@ where
     S: Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
 {
     let (sender, receiver) = mpsc::channel::<Bytes>(TAP_CHUNKS);
-    let reader = background.spawn(read_usage(receiver, event_stream, usage_tap));
+    let reader = background.spawn(read_usage(receiver, event_stream, usage_tap).in_current_span());
     let mut sender = Some(sender);
     let body = body.map(move |chunk| {
         if let (Ok(bytes), Some(tx)) = (&chunk, &sender) {

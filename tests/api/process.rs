@@ -135,3 +135,71 @@ fn healthcheck_succeeds_against_a_running_instance_and_fails_without_one() {
     let stderr = String::from_utf8_lossy(&unhealthy.stderr);
     assert!(stderr.contains("/healthz"), "{stderr}");
 }
+
+/// The README promises the request id on every log line of a request;
+/// persisting, the exchange, the summary and what is learned from `usage`
+/// run in spawned tasks and must carry it too.
+#[tokio::test]
+async fn every_log_line_of_a_compacted_request_carries_its_request_id() {
+    let fake = FakeUpstream::start(FakeConfig {
+        summary_marker: Some(condenser::protocol::SUMMARY_MARKER.to_string()),
+        default_context_window: 2_000,
+        ..FakeConfig::default()
+    })
+    .await;
+    let proxy = ProxyProcess::start(&[("CONDENSER_OPENAI_BASE_URL", &fake.openai_base_url())]);
+    let client = reqwest::Client::new();
+    let mut messages = vec![serde_json::json!({"role": "system", "content": "Be brief."})];
+    for turn in 0..12 {
+        let text = crate::helpers::agent::filler(900, turn);
+        messages.push(serde_json::json!({"role": "user", "content": text}));
+        messages.push(serde_json::json!({"role": "assistant", "content": "Noted."}));
+    }
+    messages.push(serde_json::json!({"role": "user", "content": "Sum it up."}));
+    for (id, stream) in [("logs-plain", false), ("logs-stream", true)] {
+        // A conversation of its own, so each request compacts.
+        messages[0]["content"] = format!("Be brief. ({id})").into();
+        let response = client
+            .post(proxy.url("/v1/chat/completions"))
+            .bearer_auth(OPENAI_KEY)
+            .header("x-request-id", id)
+            .json(&serde_json::json!({"model": "gpt-4o-mini", "messages": messages, "stream": stream}))
+            .send()
+            .await
+            .expect("answers");
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["x-condenser-compactions"], "1", "{id}");
+        response.bytes().await.expect("whole body");
+    }
+    // Spawned work (persisting, learning from usage) may finish after the answer.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let logs = proxy.log_text();
+    let request_lines: Vec<serde_json::Value> = logs
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .filter(|line: &serde_json::Value| {
+            let target = line["target"].as_str().unwrap_or_default();
+            ["condenser::pipeline", "condenser::compaction", "condenser::store"]
+                .iter()
+                .any(|module| target.starts_with(module))
+        })
+        .collect();
+    assert!(
+        request_lines
+            .iter()
+            .any(|line| line["message"] == "conversation compacted"),
+        "the compaction was logged: {logs}"
+    );
+    for line in &request_lines {
+        let ids: Vec<&str> = line["spans"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|span| span["request_id"].as_str())
+            .collect();
+        assert!(
+            ids == ["logs-plain"] || ids == ["logs-stream"],
+            "a line without its request id: {line}"
+        );
+    }
+}
