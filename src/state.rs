@@ -62,6 +62,7 @@ async fn open_storage(settings: &Settings) -> anyhow::Result<Storage> {
     let opened = async {
         let store = Store::connect(&settings.database_url, &options).await?;
         store.migrate().await?;
+        store.forget_leases_of_a_previous_run().await?;
         Ok::<_, crate::store::StoreError>(store)
     }
     .await;

@@ -8,7 +8,7 @@ mod sizing;
 pub mod summarize;
 mod trims;
 
-use crate::conversation::ChainHash;
+use crate::conversation::{ChainHash, TenantId};
 use crate::overflow::OverflowSignal;
 use crate::pipeline::identify::Conversation;
 use crate::pipeline::storage::Storage;
@@ -102,7 +102,10 @@ pub fn prepare(
 }
 
 /// Produces the compaction that replaces `job.current`, electing one
-/// summarizer per base across instances.
+/// summarizer per prefix across instances. The lease is on the prefix this
+/// plan summarizes, so conversations that merely share a key and a system
+/// prompt never wait on each other; it is renewed while the summary runs,
+/// so a slow summary keeps it and a dead holder loses it within one TTL.
 pub async fn compact(
     storage: &Storage,
     summarizer: &Summarizer<'_>,
@@ -111,28 +114,29 @@ pub async fn compact(
     job: &Job<'_>,
 ) -> Result<Compaction, CompactionError> {
     let planned = &planned;
-    let base = job
-        .current
-        .map_or(job.conversation.chain[0], |c| c.prefix_hash);
+    let prefix = job.conversation.chain[planned.plan.cut];
     let holder = uuid::Uuid::new_v4().to_string();
-    let holder = holder.as_str();
-    let tenant = &job.conversation.tenant;
-    let ttl = lease_ttl;
-    let deadline = Instant::now() + ttl * 2;
+    let lease = Lease {
+        storage,
+        tenant: &job.conversation.tenant,
+        prefix,
+        holder: &holder,
+        ttl: lease_ttl,
+    };
+    // A live holder renews; waiting longer than its longest summary plus
+    // one expiry means something else is wrong.
+    let patience = summarizer.timeout + lease_ttl * 2;
+    let deadline = Instant::now() + patience;
     loop {
-        let acquired = storage
-            .run("acquire_lease", |s| async move {
-                s.try_acquire_lease(tenant, &base, holder, ttl).await
-            })
-            .await;
+        let acquired = lease.acquire().await;
         if acquired != Some(false) {
-            let result = summarize_and_store(storage, summarizer, planned, job, base).await;
+            let work = summarize_and_store(storage, summarizer, planned, job);
+            let result = tokio::select! {
+                result = work => result,
+                () = lease.keep_renewed() => unreachable!("renewal never ends"),
+            };
             if acquired == Some(true) {
-                storage
-                    .run("release_lease", |s| async move {
-                        s.release_lease(tenant, &base, holder).await
-                    })
-                    .await;
+                lease.release().await;
             }
             return result;
         }
@@ -141,9 +145,53 @@ pub async fn compact(
             return Ok(done);
         }
         if Instant::now() > deadline {
-            return Err(CompactionError::WaitedTooLong(ttl * 2));
+            return Err(CompactionError::WaitedTooLong(patience));
         }
         tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// One summarizer's claim on one prefix.
+struct Lease<'a> {
+    storage: &'a Storage,
+    tenant: &'a TenantId,
+    prefix: ChainHash,
+    holder: &'a str,
+    ttl: Duration,
+}
+
+impl Lease<'_> {
+    /// `Some(true)` when held, `Some(false)` when another holder has it,
+    /// `None` when the database cannot say (degraded: go on unelected).
+    async fn acquire(&self) -> Option<bool> {
+        let (tenant, prefix, holder, ttl) = (self.tenant, &self.prefix, self.holder, self.ttl);
+        self.storage
+            .run("acquire_lease", |s| async move {
+                s.try_acquire_lease(tenant, prefix, holder, ttl).await
+            })
+            .await
+    }
+
+    /// Extends the lease every third of its TTL, for as long as it is polled.
+    async fn keep_renewed(&self) {
+        loop {
+            tokio::time::sleep(self.ttl / 3).await;
+            if self.acquire().await == Some(false) {
+                // Another instance took it after an expiry this one missed
+                // (a stalled database): both may summarize; storing the
+                // prefix twice is refused, so the cost is one summary.
+                tracing::warn!("lost the lease on the prefix being summarized");
+            }
+        }
+    }
+
+    async fn release(&self) {
+        let (tenant, prefix, holder) = (self.tenant, &self.prefix, self.holder);
+        self.storage
+            .run("release_lease", |s| async move {
+                s.release_lease(tenant, prefix, holder).await
+            })
+            .await;
     }
 }
 
@@ -165,8 +213,10 @@ async fn summarize_and_store(
     summarizer: &Summarizer<'_>,
     planned: &Planned,
     job: &Job<'_>,
-    base: ChainHash,
 ) -> Result<Compaction, CompactionError> {
+    let base = job
+        .current
+        .map_or(job.conversation.chain[0], |c| c.prefix_hash);
     // Another instance may have finished while this one was being elected.
     if let Some(done) = newer_compaction(storage, job).await {
         return Ok(done);

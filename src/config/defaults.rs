@@ -58,7 +58,7 @@ pub fn keepalive_interval() -> Duration {
     Duration::from_secs(3)
 }
 pub fn lease_ttl() -> Duration {
-    Duration::from_secs(120)
+    Duration::from_secs(15)
 }
 pub fn summary_timeout() -> Duration {
     Duration::from_secs(300)

@@ -3,6 +3,7 @@
 
 use super::Settings;
 use std::collections::HashSet;
+use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -60,6 +61,14 @@ impl Settings {
             return Err(ConfigError::invalid(
                 "compaction.proactive_threshold",
                 "must be between 0.1 and 1.0 (a share of the window)",
+            ));
+        }
+        let lease_ttl = compaction.lease_ttl;
+        if !(Duration::from_secs(1)..=Duration::from_secs(600)).contains(&lease_ttl) {
+            return Err(ConfigError::invalid(
+                "compaction.lease_ttl",
+                "must be between 1s and 10m: the summarizer renews it every third of it, \
+                 and a crashed summarizer's conversation waits up to this long",
             ));
         }
         if compaction.max_summary_calls == 0 {

@@ -89,4 +89,18 @@ impl Store {
             .await?;
         Ok(())
     }
+
+    /// An SQLite file has one Condenser process: at its start, every lease
+    /// in the file was held by a run that is gone (killed mid-summary, say),
+    /// and its conversations need not wait out the expiry. Postgres leases
+    /// may belong to live instances; they expire on their own within a TTL
+    /// once nobody renews them.
+    pub async fn forget_leases_of_a_previous_run(&self) -> Result<()> {
+        if self.backend == Backend::Sqlite {
+            sqlx::query("delete from leases")
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(())
+    }
 }

@@ -3,7 +3,7 @@
 
 use crate::helpers::agent::{Agent, Dialect};
 use crate::helpers::app::OPENAI_KEY;
-use crate::helpers::fleet::{metric, Fleet};
+use crate::helpers::fleet::{metric, start_instance, Fleet};
 use fake_upstream::{FakeConfig, FakeUpstream};
 use pretty_assertions::assert_eq;
 use serde_json::json;
@@ -29,9 +29,18 @@ async fn fake(summary_delay: Duration) -> FakeUpstream {
 /// One conversation that overflows a 12,000-token window by a little, so
 /// its compacted part fits one summary call.
 fn overflowing_request() -> serde_json::Value {
+    overflowing_conversation(0)
+}
+
+/// Conversation `n` of one user: same key, same system prompt, its own
+/// messages.
+fn overflowing_conversation(n: usize) -> serde_json::Value {
     let mut agent = Agent::new(Dialect::OpenAi, MODEL, 0, 0);
     for i in 0..24 {
-        agent.say(&format!("note {i}: {}", "lorem ipsum dolor ".repeat(120)));
+        agent.say(&format!(
+            "conversation {n}, note {i}: {}",
+            "lorem ipsum dolor ".repeat(120)
+        ));
         agent
             .messages
             .push(json!({"role": "assistant", "content": format!("noted {i}")}));
@@ -197,4 +206,125 @@ async fn a_rolling_restart_loses_no_request_and_no_message() {
         .count("select count(*) from messages where position = 1")
         .await;
     assert_eq!(stored, sent, "every request's message was stored");
+}
+
+/// Every session of one user shares a key and a system prompt; their first
+/// compactions must not queue behind one lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_conversations_under_one_key_compact_side_by_side() {
+    let upstream = fake(Duration::from_secs(2)).await;
+    let env = [
+        ("CONDENSER_OPENAI_BASE_URL", upstream.openai_base_url()),
+        ("CONDENSER_SUMMARY_MAX_TOKENS", "300".into()),
+        ("CONDENSER__COMPACTION__KEEP_SHARE", "0.7".into()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let fleet = Fleet::start(3, &env).await;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .expect("client");
+    let bodies: Vec<_> = (0..20).map(overflowing_conversation).collect();
+    let requests = bodies
+        .iter()
+        .map(|body| post(&client, fleet.url("/v1/chat/completions"), body));
+    for response in futures_util::future::join_all(requests).await {
+        assert_eq!(response.status(), 200, "{:?}", response.headers());
+        assert_eq!(response.headers()["x-condenser-compactions"], "1");
+    }
+    assert_eq!(
+        upstream.summary_requests().len(),
+        20,
+        "one summary call per conversation"
+    );
+    let overlapping = upstream.peak_concurrent_summaries();
+    assert!(
+        overlapping >= 10,
+        "the summaries ran side by side, not one after another (at most {overlapping} at once)"
+    );
+}
+
+/// A summary slower than `lease_ttl`: its summarizer renews the lease, so
+/// no other instance starts a second summary of the same prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_summary_slower_than_the_lease_ttl_is_written_once() {
+    let upstream = fake(Duration::from_secs(4)).await;
+    let env = [
+        ("CONDENSER_OPENAI_BASE_URL", upstream.openai_base_url()),
+        ("CONDENSER__COMPACTION__LEASE_TTL", "1s".to_string()),
+        ("CONDENSER_SUMMARY_MAX_TOKENS", "300".into()),
+        ("CONDENSER__COMPACTION__KEEP_SHARE", "0.7".into()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let fleet = Fleet::start(3, &env).await;
+    let client = reqwest::Client::new();
+    let body = overflowing_request();
+    let requests = fleet
+        .instances
+        .iter()
+        .flat_map(|instance| [instance, instance])
+        .map(|instance| post(&client, instance.url("/v1/chat/completions"), &body));
+    for response in futures_util::future::join_all(requests).await {
+        assert_eq!(response.status(), 200, "{:?}", response.headers());
+    }
+    assert_eq!(
+        upstream.summary_requests().len(),
+        1,
+        "one summary of the prefix across instances"
+    );
+}
+
+/// SIGKILL mid-summary, restart, resend: the conversation does not wait
+/// for the dead run's lease, even with a ten-minute TTL (SQLite, whose file
+/// has one process).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_after_a_kill_mid_summary_does_not_wait_for_the_dead_lease() {
+    let upstream = fake(Duration::from_secs(3)).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let env = vec![
+        (
+            "CONDENSER_OPENAI_BASE_URL".to_string(),
+            upstream.openai_base_url(),
+        ),
+        ("CONDENSER__COMPACTION__LEASE_TTL".into(), "10m".into()),
+        ("CONDENSER_SUMMARY_MAX_TOKENS".into(), "300".into()),
+        (
+            "DATABASE_URL".into(),
+            format!("sqlite://{}/condenser.db", dir.path().display()),
+        ),
+    ];
+    let killed = start_instance(&env, "127.0.0.1:0");
+    let body = overflowing_request();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("client");
+    let doomed = tokio::spawn(
+        client
+            .post(killed.url("/v1/chat/completions"))
+            .bearer_auth(OPENAI_KEY)
+            .json(&body)
+            .send(),
+    );
+    while !killed
+        .log_text()
+        .contains("upstream reported context overflow")
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    killed.signal("KILL");
+    let _ = doomed.await;
+    drop(killed);
+
+    let restarted = start_instance(&env, "127.0.0.1:0");
+    let response = client
+        .post(restarted.url("/v1/chat/completions"))
+        .bearer_auth(OPENAI_KEY)
+        .json(&body)
+        .send()
+        .await
+        .expect("answered well before the dead run's ten-minute lease expires");
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-condenser-compactions"], "1");
 }

@@ -84,7 +84,7 @@ async fn respond(
         return overflow_error(protocol, &message);
     }
     if record.kind == RequestKind::Summary {
-        tokio::time::sleep(config.summary_delay).await;
+        state.summary_delay(config.summary_delay).await;
     }
     tokio::time::sleep(config.first_byte_delay).await;
     let reply = Reply::new(

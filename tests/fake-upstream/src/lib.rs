@@ -76,6 +76,11 @@ impl FakeUpstream {
             .collect()
     }
 
+    /// The most summary calls that were ever answered at the same time.
+    pub fn peak_concurrent_summaries(&self) -> usize {
+        self.state.peak_concurrent_summaries()
+    }
+
     pub fn clear_requests(&self) {
         self.state.clear();
     }

@@ -78,6 +78,8 @@ pub struct State {
     pub config: Mutex<FakeConfig>,
     log: Mutex<Vec<RecordedRequest>>,
     scripts: Mutex<VecDeque<Scripted>>,
+    /// Summary calls being answered now, and the most there ever were.
+    summaries_in_flight: Mutex<(usize, usize)>,
 }
 
 impl State {
@@ -86,6 +88,7 @@ impl State {
             config: Mutex::new(config),
             log: Mutex::default(),
             scripts: Mutex::default(),
+            summaries_in_flight: Mutex::default(),
         }
     }
 
@@ -124,5 +127,20 @@ impl State {
         let mut scripts = self.scripts.lock().expect("script lock");
         let index = scripts.iter().position(|s| s.kind() == kind)?;
         scripts.remove(index)
+    }
+
+    /// Waits `delay` as a summary call in flight, counting overlaps.
+    pub async fn summary_delay(&self, delay: Duration) {
+        {
+            let mut counts = self.summaries_in_flight.lock().expect("count lock");
+            counts.0 += 1;
+            counts.1 = counts.1.max(counts.0);
+        }
+        tokio::time::sleep(delay).await;
+        self.summaries_in_flight.lock().expect("count lock").0 -= 1;
+    }
+
+    pub fn peak_concurrent_summaries(&self) -> usize {
+        self.summaries_in_flight.lock().expect("count lock").1
     }
 }
