@@ -100,6 +100,9 @@ pub struct Timeouts {
     /// Longest silence allowed between two chunks of a response body.
     #[serde(default = "defaults::idle_timeout", with = "humantime_serde")]
     pub idle: Duration,
+    /// How long an unused upstream connection is kept for reuse.
+    #[serde(default = "defaults::pool_idle_timeout", with = "humantime_serde")]
+    pub pool_idle: Duration,
 }
 
 #[derive(Debug, Clone, Deserialize)]

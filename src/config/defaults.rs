@@ -32,6 +32,12 @@ pub fn first_byte_timeout() -> Duration {
 pub fn idle_timeout() -> Duration {
     Duration::from_secs(300)
 }
+/// Below the 5 s keep-alive of llama.cpp, uvicorn (vLLM) and Node servers:
+/// a connection they have closed is never reused, which would fail the
+/// request sent on it ("connection closed before message completed").
+pub fn pool_idle_timeout() -> Duration {
+    Duration::from_secs(4)
+}
 pub fn max_connections() -> u32 {
     10
 }
@@ -76,6 +82,7 @@ impl Default for super::Timeouts {
             connect: connect_timeout(),
             first_byte: first_byte_timeout(),
             idle: idle_timeout(),
+            pool_idle: pool_idle_timeout(),
         }
     }
 }

@@ -22,7 +22,7 @@ impl UpstreamClient {
             // A redirect would send the caller's credential somewhere the
             // operator did not configure: relay it to the client instead.
             .redirect(reqwest::redirect::Policy::none())
-            .pool_idle_timeout(std::time::Duration::from_secs(90))
+            .pool_idle_timeout(timeouts.pool_idle)
             .tcp_nodelay(true)
             .build()?;
         Ok(Self {
