@@ -19,7 +19,7 @@ use crate::http::routes::Route;
 use crate::state::AppState;
 use crate::upstream::headers;
 use axum::extract::Request;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use exchange::Exchange;
 use identify::Conversation;
 use tracing::Instrument;
@@ -67,20 +67,17 @@ pub async fn handle(state: &AppState, route: Route, request: Request) -> Respons
         conversation,
         persisted,
     );
-    if !stream {
-        let (mut response, report) = exchange.run(None).await;
-        report.apply(response.headers_mut());
-        return response.into_response();
-    }
     let (compacting_tx, compacting_rx) = tokio::sync::watch::channel(false);
+    // Spawned for plain and streaming requests alike: a client that hangs up
+    // mid-compaction must not cancel the summary its retry will reuse.
     let work = state
         .background
         .spawn(exchange.run(Some(compacting_tx)).in_current_span());
-    keepalive::respond(
-        work,
-        compacting_rx,
-        state.settings.compaction.keepalive_interval,
-        adapter,
-    )
-    .await
+    // Keep-alives are for event streams; a plain client just waits.
+    let keepalive_interval = if stream {
+        state.settings.compaction.keepalive_interval
+    } else {
+        std::time::Duration::ZERO
+    };
+    keepalive::respond(work, compacting_rx, keepalive_interval, adapter).await
 }

@@ -3,6 +3,7 @@
 
 mod anthropic;
 mod compaction;
+mod disconnects;
 mod failures;
 mod fleet;
 mod forwarding;

@@ -30,7 +30,7 @@ async fn slow_summaries(model: &str) -> TestApp {
 
 /// A history that overflows a 12,000-token window by a little, so its
 /// compacted part takes one (slow) summary call.
-fn overflowing(dialect: Dialect, model: &str) -> Agent {
+pub fn overflowing(dialect: Dialect, model: &str) -> Agent {
     let mut agent = Agent::new(dialect, model, 0, 0);
     for i in 0..24 {
         agent.say(&format!("note {i}: {}", "lorem ipsum dolor ".repeat(120)));
