@@ -1,13 +1,19 @@
 //! The store as the pipeline sees it: optional, and allowed to fail. When
 //! the database is down the proxy keeps forwarding (degraded), logs that once
 //! per interval, counts it, says so in a response header, and tries the
-//! database again every interval until it answers.
+//! database again every interval until it answers. "Down" is a circuit
+//! breaker's verdict: the database could not be reached, or several
+//! statements in a row failed. One failing statement degrades nothing.
 
 use crate::store::{Store, StoreError};
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Failed statements in a row, on a reachable database, that open the
+/// circuit.
+const FAILURES_TO_TRIP: u32 = 3;
 
 #[derive(Clone)]
 pub struct Storage {
@@ -18,8 +24,9 @@ pub struct Storage {
 struct Health {
     started: Instant,
     retry_every: Duration,
-    /// Milliseconds since `started` of the last failure; 0 = healthy.
+    /// Milliseconds since `started` the circuit opened; 0 = closed (healthy).
     failed_at_ms: AtomicU64,
+    consecutive_failures: AtomicU32,
     warned_at_ms: AtomicU64,
     /// Set once migrations ran (they may not have at a degraded start).
     migrated: AtomicBool,
@@ -31,6 +38,7 @@ impl Storage {
             started: Instant::now(),
             retry_every,
             failed_at_ms: AtomicU64::new(0),
+            consecutive_failures: AtomicU32::new(0),
             warned_at_ms: AtomicU64::new(0),
             migrated: AtomicBool::new(migrated),
         };
@@ -90,22 +98,33 @@ impl Storage {
 
     fn due_for_attempt(&self) -> bool {
         let failed_at = self.health.failed_at_ms.load(Ordering::Acquire);
-        failed_at == 0 || self.now_ms() - failed_at >= self.health.retry_every.as_millis() as u64
+        failed_at == 0
+            || self.now_ms().saturating_sub(failed_at) >= self.health.retry_every.as_millis() as u64
     }
 
     fn record_success(&self) {
+        self.health.consecutive_failures.store(0, Ordering::Release);
         if self.health.failed_at_ms.swap(0, Ordering::AcqRel) != 0 {
             tracing::info!("database reachable again: storing and compacting resumed");
         }
     }
 
     fn record_failure(&self, operation: &'static str, error: &StoreError) {
+        metrics::counter!("condenser_storage_errors_total", "operation" => operation).increment(1);
+        let in_a_row = self
+            .health
+            .consecutive_failures
+            .fetch_add(1, Ordering::AcqRel)
+            + 1;
+        if !error.is_unreachable() && in_a_row < FAILURES_TO_TRIP {
+            tracing::warn!(operation, error.message = %error, "storage statement failed");
+            return;
+        }
         let now = self.now_ms();
         self.health.failed_at_ms.store(now, Ordering::Release);
-        metrics::counter!("condenser_storage_errors_total", "operation" => operation).increment(1);
         let warned = self.health.warned_at_ms.load(Ordering::Acquire);
         let interval = self.health.retry_every.as_millis() as u64;
-        if warned == 0 || now - warned >= interval {
+        if warned == 0 || now.saturating_sub(warned) >= interval {
             self.health.warned_at_ms.store(now, Ordering::Release);
             tracing::warn!(operation, error.message = %error, "database unavailable: forwarding without storing (degraded)");
         }

@@ -67,6 +67,23 @@ pub enum StoreError {
     AmbiguousId(String),
 }
 
+impl StoreError {
+    /// Whether the error says the database cannot be reached at all, as
+    /// opposed to one statement failing.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            Self::Database(
+                sqlx::Error::Io(_)
+                    | sqlx::Error::Tls(_)
+                    | sqlx::Error::PoolTimedOut
+                    | sqlx::Error::PoolClosed
+                    | sqlx::Error::WorkerCrashed
+            )
+        )
+    }
+}
+
 /// Store results default to [`StoreError`].
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 

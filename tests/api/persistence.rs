@@ -44,6 +44,7 @@ both_backends!(
     identical_conversations_of_two_credentials_are_separate,
     an_edit_branches_from_the_shared_prefix,
     no_credential_is_ever_stored,
+    one_failing_statement_degrades_no_other_request,
 );
 
 async fn a_500_message_conversation_stores_each_message_once(backend: TestBackend) {
@@ -278,4 +279,72 @@ fn the_cli_shows_what_is_stored() {
         .to_string();
     let shown = run(&["conversations", "show", &root]);
     assert!(shown.contains("user"), "{shown}");
+}
+
+/// The circuit opens when the database is down, not when one statement
+/// fails: a row the database refuses (here, by a trigger) leaves the next
+/// conversations stored and their responses without the degraded header.
+async fn one_failing_statement_degrades_no_other_request(backend: TestBackend) {
+    let app = spawn_app_with(Options::on(backend)).await;
+    let pool = pool(&app).await;
+    let poison = match backend {
+        TestBackend::Postgres => vec![
+            "create function refuse_poison() returns trigger language plpgsql as $$ \
+             begin if new.role = 'poison' then raise exception 'refused'; end if; return new; end $$",
+            "create trigger refuse_poison before insert on messages \
+             for each row execute function refuse_poison()",
+        ],
+        TestBackend::Sqlite => vec![
+            "create trigger refuse_poison before insert on messages \
+             when new.role = 'poison' begin select raise(abort, 'refused'); end",
+        ],
+    };
+    for statement in poison {
+        sqlx::query(statement)
+            .execute(&pool)
+            .await
+            .expect("trigger");
+    }
+    let errors_before = storage_errors(&app).await;
+    let refused = chat(&[json!({"role": "poison", "content": "never stored"})]);
+    app.post_chat(&refused).await;
+    for _ in 0..100 {
+        if storage_errors(&app).await > errors_before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        storage_errors(&app).await > errors_before,
+        "the refused insert was counted"
+    );
+
+    let fine = chat(&[json!({"role": "user", "content": "an ordinary question"})]);
+    let response = app.post_chat(&fine).await;
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers().get("x-condenser-degraded").is_none(),
+        "one failed statement put the next request in degraded mode"
+    );
+    assert_eq!(
+        wait_for_rows(&pool, 2).await,
+        2,
+        "the next conversation is stored"
+    );
+}
+
+/// `condenser_storage_errors_total`, all operations (the recorder is the
+/// process's, shared by the tests running beside this one).
+async fn storage_errors(app: &TestApp) -> f64 {
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics");
+    let text = metrics.text().await.expect("text");
+    text.lines()
+        .filter(|line| line.starts_with("condenser_storage_errors_total"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
