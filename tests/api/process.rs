@@ -179,9 +179,13 @@ async fn every_log_line_of_a_compacted_request_carries_its_request_id() {
         .filter_map(|line| serde_json::from_str(line).ok())
         .filter(|line: &serde_json::Value| {
             let target = line["target"].as_str().unwrap_or_default();
-            ["condenser::pipeline", "condenser::compaction", "condenser::store"]
-                .iter()
-                .any(|module| target.starts_with(module))
+            [
+                "condenser::pipeline",
+                "condenser::compaction",
+                "condenser::store",
+            ]
+            .iter()
+            .any(|module| target.starts_with(module))
         })
         .collect();
     assert!(
