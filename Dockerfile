@@ -14,7 +14,7 @@ ARG DEBIAN_RELEASE=bookworm
 FROM rust:${RUST_VERSION}-slim-${DEBIAN_RELEASE} AS build
 WORKDIR /src
 # The workspace's test member must exist for cargo to resolve the workspace.
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
 COPY src ./src
 COPY migrations ./migrations
 COPY tests/fake-upstream ./tests/fake-upstream

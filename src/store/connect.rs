@@ -5,43 +5,14 @@
 //! connecting (WAL is a property of the file and sticks).
 
 use super::{Backend, Result, StoreError, StoreOptions};
-use futures_util::future::BoxFuture;
 use sqlx::any::AnyPoolOptions;
-use sqlx::error::BoxDynError;
-use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
+use sqlx::migrate::Migrator;
 use sqlx::AnyPool;
-use std::borrow::Cow;
 
-/// `(version, description, sql)` of each migration, embedded in the binary so
-/// a deployed proxy needs no migrations folder. sqlx's `migrate!` macro would
-/// do the same but needs the `macros` feature, which the crate leaves off.
-type Embedded = &'static [(i64, &'static str, &'static str)];
-
-const POSTGRES_MIGRATIONS: Embedded = &[
-    (
-        20261122000001,
-        "init",
-        include_str!("../../migrations/postgres/20261122000001_init.sql"),
-    ),
-    (
-        20261124000001,
-        "model sizes",
-        include_str!("../../migrations/postgres/20261124000001_model_sizes.sql"),
-    ),
-];
-
-const SQLITE_MIGRATIONS: Embedded = &[
-    (
-        20261122000001,
-        "init",
-        include_str!("../../migrations/sqlite/20261122000001_init.sql"),
-    ),
-    (
-        20261124000001,
-        "model sizes",
-        include_str!("../../migrations/sqlite/20261124000001_model_sizes.sql"),
-    ),
-];
+/// Each backend's migrations, embedded in the binary so a deployed proxy
+/// needs no migrations folder; every file in the folder is included.
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("migrations/postgres");
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("migrations/sqlite");
 
 /// Picks the backend from the URL scheme.
 pub(super) fn backend_of(url: &str) -> Result<Backend> {
@@ -156,37 +127,12 @@ fn prepare(url: &str, options: &StoreOptions) -> Result<(AnyPoolOptions, String,
 /// `AnyConnection` by delegating to the real driver, which on Postgres also
 /// takes an advisory lock, so instances starting together migrate once.
 pub(super) async fn migrate(pool: &AnyPool, backend: Backend) -> Result<()> {
-    let embedded = match backend {
-        Backend::Postgres => POSTGRES_MIGRATIONS,
-        Backend::Sqlite => SQLITE_MIGRATIONS,
+    let migrator = match backend {
+        Backend::Postgres => &POSTGRES_MIGRATIONS,
+        Backend::Sqlite => &SQLITE_MIGRATIONS,
     };
-    let migrator = Migrator::new(EmbeddedSource(embedded)).await?;
     migrator.run(pool).await?;
     Ok(())
-}
-
-#[derive(Debug)]
-struct EmbeddedSource(Embedded);
-
-impl MigrationSource<'static> for EmbeddedSource {
-    fn resolve(self) -> BoxFuture<'static, std::result::Result<Vec<Migration>, BoxDynError>> {
-        let migrations = self
-            .0
-            .iter()
-            .map(|&(version, description, sql)| {
-                // Checksums are computed from the SQL exactly as `migrate!`
-                // would, so switching to the macro later changes nothing.
-                Migration::new(
-                    version,
-                    Cow::Borrowed(description),
-                    MigrationType::Simple,
-                    Cow::Borrowed(sql),
-                    false,
-                )
-            })
-            .collect();
-        Box::pin(async move { Ok(migrations) })
-    }
 }
 
 #[cfg(test)]
