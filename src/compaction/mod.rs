@@ -19,7 +19,7 @@ use sizing::Layout;
 pub use sizing::Sizing;
 use std::time::{Duration, Instant};
 pub use summarize::{Summarizer, SummaryBudget, SummaryError};
-pub use trims::{apply_trims, TrimRecord};
+pub use trims::apply_trims;
 
 /// How often a waiting instance looks for the elected summarizer's result.
 const POLL_EVERY: Duration = Duration::from_millis(200);
@@ -254,12 +254,12 @@ async fn summarize_and_store(
         tokens_after: layout.tokens_after(plan, summary_tokens) as i64,
         model: summarizer.model.to_string(),
         trigger: job.trigger.to_string(),
-        trims: serde_json::to_string(&trims).unwrap_or_else(|_| "[]".into()),
+        trims,
         duration_ms: started.elapsed().as_millis() as i64,
         created_at_ms: crate::store::now_ms(),
     };
     store(storage, job, &compaction).await;
-    log_compaction(job, &compaction, trims.len(), calls);
+    log_compaction(job, &compaction, calls);
     Ok(compaction)
 }
 
@@ -283,7 +283,7 @@ async fn store(storage: &Storage, job: &Job<'_>, compaction: &Compaction) {
         .record(compaction.tokens_after as f64);
 }
 
-fn log_compaction(job: &Job<'_>, compaction: &Compaction, trims: usize, summary_calls: usize) {
+fn log_compaction(job: &Job<'_>, compaction: &Compaction, summary_calls: usize) {
     tracing::info!(
         conversation = job.conversation.label.as_deref().unwrap_or(""),
         root = %job.conversation.chain[0],
@@ -295,7 +295,7 @@ fn log_compaction(job: &Job<'_>, compaction: &Compaction, trims: usize, summary_
         tokens_before = compaction.tokens_before,
         tokens_after = compaction.tokens_after,
         summary_tokens = compaction.summary_tokens,
-        trims,
+        trims = compaction.trims.len(),
         summary_calls,
         duration_ms = compaction.duration_ms,
         "conversation compacted"

@@ -7,7 +7,6 @@
 //! next.
 
 use super::plan::{Item, Plan};
-use super::trims::TrimRecord;
 use super::Job;
 use crate::overflow::{OverflowCause, OverflowSignal};
 use crate::tokens::{Calibration, ModelSize};
@@ -169,7 +168,7 @@ fn current_trims(job: &Job<'_>) -> HashMap<usize, serde_json::Value> {
     let Some(current) = job.current else {
         return HashMap::new();
     };
-    let records: Vec<TrimRecord> = serde_json::from_str(&current.trims).unwrap_or_default();
+    let records = &current.trims;
     let position: HashMap<String, usize> = job
         .conversation
         .chain
@@ -179,8 +178,11 @@ fn current_trims(job: &Job<'_>) -> HashMap<usize, serde_json::Value> {
         .map(|(i, hash)| (hash.to_hex(), i - 1))
         .collect();
     records
-        .into_iter()
-        .filter_map(|record| Some((*position.get(&record.message_hash)?, record.replacement)))
+        .iter()
+        .filter_map(|record| {
+            let index = *position.get(&record.message_hash)?;
+            Some((index, record.replacement.clone()))
+        })
         .collect()
 }
 

@@ -4,20 +4,10 @@
 use super::plan::Plan;
 use super::sizing::Layout;
 use super::Job;
-use crate::conversation::ChainHash;
-use serde::{Deserialize, Serialize};
+use crate::conversation::{ChainHash, TrimRecord};
+
 use serde_json::Value;
 use std::collections::HashMap;
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TrimRecord {
-    /// Chain hash of the message as the client sent it.
-    pub message_hash: String,
-    /// What goes upstream in its place.
-    pub replacement: Value,
-    pub original_bytes: usize,
-    pub kept_bytes: usize,
-}
 
 /// The trims of the new compaction: the current one's that are still in
 /// the kept tail, plus the planner's new ones.
@@ -29,7 +19,7 @@ pub fn trims_for(job: &Job<'_>, plan: &Plan, layout: &Layout) -> Vec<TrimRecord>
         .collect();
     let mut records: Vec<TrimRecord> = job
         .current
-        .map(|c| serde_json::from_str::<Vec<TrimRecord>>(&c.trims).unwrap_or_default())
+        .map(|c| c.trims.clone())
         .unwrap_or_default()
         .into_iter()
         .filter(|record| kept.contains(&record.message_hash))
@@ -60,10 +50,9 @@ pub fn apply_trims(
     messages: &[Value],
     chain: &[ChainHash],
     from: usize,
-    trims: &str,
+    trims: &[TrimRecord],
 ) -> Vec<Value> {
-    let records: Vec<TrimRecord> = serde_json::from_str(trims).unwrap_or_default();
-    let by_hash: HashMap<&str, &Value> = records
+    let by_hash: HashMap<&str, &Value> = trims
         .iter()
         .map(|r| (r.message_hash.as_str(), &r.replacement))
         .collect();

@@ -3,6 +3,8 @@
 
 pub mod chain;
 pub mod tenant;
+pub mod trim;
 
 pub use chain::{canonical_json, ChainHash};
 pub use tenant::TenantId;
+pub use trim::TrimRecord;

@@ -2,7 +2,7 @@
 
 use super::rows::{hash_column, push_placeholders, HASH_CHUNK};
 use super::{Result, Store};
-use crate::conversation::{ChainHash, TenantId};
+use crate::conversation::{ChainHash, TenantId, TrimRecord};
 use sqlx::any::AnyRow;
 use sqlx::{Any, FromRow, QueryBuilder, Row};
 
@@ -26,9 +26,8 @@ pub struct Compaction {
     pub model: String,
     /// Why it ran (overflow, threshold, …).
     pub trigger: String,
-    /// JSON array of trimmed tool results:
-    /// `[{"message_hash", "replacement", "original_bytes", "kept_bytes"}]`.
-    pub trims: String,
+    /// Tool results cut down in the kept tail (a JSON column).
+    pub trims: Vec<TrimRecord>,
     pub duration_ms: i64,
     pub created_at_ms: i64,
 }
@@ -51,11 +50,21 @@ impl<'r> FromRow<'r, AnyRow> for Compaction {
             tokens_after: row.try_get("tokens_after")?,
             model: row.try_get("model")?,
             trigger: row.try_get("trigger")?,
-            trims: row.try_get("trims")?,
+            trims: trims_column(row)?,
             duration_ms: row.try_get("duration_ms")?,
             created_at_ms: row.try_get("created_at")?,
         })
     }
+}
+
+/// A row whose trims do not parse is an error, not a compaction without
+/// trims: applying it would send the untrimmed tool results again.
+fn trims_column(row: &AnyRow) -> Result<Vec<TrimRecord>, sqlx::Error> {
+    let json: String = row.try_get("trims")?;
+    serde_json::from_str(&json).map_err(|error| sqlx::Error::ColumnDecode {
+        index: "trims".into(),
+        source: Box::new(error),
+    })
 }
 
 impl Store {
@@ -139,7 +148,10 @@ impl Store {
         .bind(compaction.tokens_after)
         .bind(compaction.model.as_str())
         .bind(compaction.trigger.as_str())
-        .bind(compaction.trims.as_str())
+        .bind(
+            serde_json::to_string(&compaction.trims)
+                .map_err(|e| sqlx::Error::Encode(Box::new(e)))?,
+        )
         .bind(compaction.duration_ms)
         .bind(compaction.created_at_ms)
         .execute(&self.pool)

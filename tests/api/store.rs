@@ -94,7 +94,7 @@ pub(super) fn compaction(
         tokens_after: 9_000,
         model: "gpt-4o".to_owned(),
         trigger: trigger.to_owned(),
-        trims: TRIMS.to_owned(),
+        trims: serde_json::from_str(TRIMS).expect("trims"),
         duration_ms: 8_250,
         created_at_ms: 1_795_343_467_000,
     }

@@ -10,6 +10,7 @@ use pretty_assertions::assert_eq;
 both_backends!(
     the_deepest_compaction_of_the_chain_wins,
     a_second_compaction_of_the_same_prefix_is_refused,
+    trims_round_trip_and_a_corrupt_trims_column_is_an_error,
 );
 
 async fn the_deepest_compaction_of_the_chain_wins(backend: TestBackend) {
@@ -75,4 +76,34 @@ async fn a_second_compaction_of_the_same_prefix_is_refused(backend: TestBackend)
         .await
         .expect("latest");
     assert_eq!(stored, Some(winner));
+}
+
+async fn trims_round_trip_and_a_corrupt_trims_column_is_an_error(backend: TestBackend) {
+    let db = TestDb::new(backend).await;
+    let store = db.store().await;
+    let chain = Chain::new("key-a", &bodies(8, None));
+    let stored = compaction(&chain, 6, 0, "overflow");
+    assert!(!stored.trims.is_empty(), "the fixture has a trim");
+    store
+        .insert_compaction(&chain.tenant, &stored)
+        .await
+        .expect("insert");
+    let read = store
+        .latest_compaction(&chain.tenant, &chain.hashes())
+        .await
+        .expect("latest")
+        .expect("stored");
+    assert_eq!(read.trims, stored.trims);
+
+    sqlx::query("update compactions set trims = 'not json'")
+        .execute(&db.pool().await)
+        .await
+        .expect("corrupt");
+    let corrupt = store
+        .latest_compaction(&chain.tenant, &chain.hashes())
+        .await;
+    assert!(
+        corrupt.is_err(),
+        "a row whose trims do not parse is not read as a compaction without trims: {corrupt:?}"
+    );
 }
