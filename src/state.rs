@@ -4,7 +4,7 @@ use crate::config::Settings;
 use crate::http::routes::RouteTable;
 use crate::overflow::SignatureTable;
 use crate::pipeline::sizes::Sizes;
-use crate::pipeline::storage::Storage;
+use crate::store::Storage;
 use crate::store::{Store, StoreOptions};
 use crate::upstream::UpstreamClient;
 use anyhow::Context;

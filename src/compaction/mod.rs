@@ -8,12 +8,11 @@ mod sizing;
 pub mod summarize;
 mod trims;
 
+use crate::conversation::Conversation;
 use crate::conversation::{ChainHash, TenantId};
 use crate::overflow::OverflowSignal;
-use crate::pipeline::identify::Conversation;
-use crate::pipeline::storage::Storage;
 use crate::protocol::{Adapter, ChatRequest};
-use crate::store::Compaction;
+use crate::store::{Compaction, Storage};
 use plan::Plan;
 use sizing::Layout;
 pub use sizing::Sizing;

@@ -8,3 +8,24 @@ pub mod trim;
 pub use chain::{canonical_json, ChainHash};
 pub use tenant::TenantId;
 pub use trim::TrimRecord;
+
+/// A request's place in the stored history.
+#[derive(Debug, Clone)]
+pub struct Conversation {
+    pub tenant: TenantId,
+    /// `h_0` (the system part) then one hash per message: `chain[i]` ends
+    /// with message `i` (1-based), so `chain.len() == messages + 1`.
+    pub chain: Vec<ChainHash>,
+    /// `x-conversation-id`: a label for people, never an identity.
+    pub label: Option<String>,
+}
+
+impl Conversation {
+    /// The prefixes a stored summary may stand in for: every one but the
+    /// whole request. A rewind or a regenerate can end exactly where an
+    /// earlier compaction did; its newest message must still go upstream as
+    /// itself, not only inside the summary.
+    pub fn summarizable_chain(&self) -> &[ChainHash] {
+        &self.chain[..self.chain.len().saturating_sub(1)]
+    }
+}

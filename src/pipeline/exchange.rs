@@ -2,12 +2,12 @@
 //! overflow compact and send again, at most `max_compactions` times.
 
 use super::budget::CompactionBudget;
-use super::identify::Conversation;
 use super::inspect::{inspect, Inspected};
 use super::respond::{self, Report};
 use super::rewrite;
 use super::usage::UsageTap;
 use crate::compaction::{self, CompactionError, Job, Sizing, Summarizer, SummaryBudget};
+use crate::conversation::Conversation;
 use crate::http::routes::Route;
 use crate::overflow::{OverflowCause, OverflowSignal};
 use crate::protocol::{Adapter, ChatRequest};

@@ -1,52 +1,33 @@
 //! Who is calling and which conversation this is (DESIGN.md step 2).
 
-use crate::conversation::{ChainHash, TenantId};
+use crate::conversation::{ChainHash, Conversation, TenantId};
 use crate::protocol::{Adapter, ChatRequest};
 use http::HeaderMap;
 
-/// A request's place in the stored history.
-#[derive(Debug, Clone)]
-pub struct Conversation {
-    pub tenant: TenantId,
-    /// `h_0` (the system part) then one hash per message: `chain[i]` ends
-    /// with message `i` (1-based), so `chain.len() == messages + 1`.
-    pub chain: Vec<ChainHash>,
-    /// `x-conversation-id`: a label for people, never an identity.
-    pub label: Option<String>,
-}
-
-impl Conversation {
-    /// The prefixes a stored summary may stand in for: every one but the
-    /// whole request. A rewind or a regenerate can end exactly where an
-    /// earlier compaction did; its newest message must still go upstream as
-    /// itself, not only inside the summary.
-    pub fn summarizable_chain(&self) -> &[ChainHash] {
-        &self.chain[..self.chain.len().saturating_sub(1)]
-    }
-
-    pub fn identify(
-        adapter: &dyn Adapter,
-        salt: &[u8],
-        headers: &HeaderMap,
-        request: &ChatRequest,
-    ) -> Self {
-        let tenant = TenantId::from_credential(salt, credential(headers));
-        let mut chain = Vec::with_capacity(request.messages.len() + 1);
-        let mut link = ChainHash::root(&tenant, &adapter.canonical(&request.system));
+/// Step 2 of the data flow: the tenant from the credential, the chain from
+/// the canonical messages.
+pub fn conversation(
+    adapter: &dyn Adapter,
+    salt: &[u8],
+    headers: &HeaderMap,
+    request: &ChatRequest,
+) -> Conversation {
+    let tenant = TenantId::from_credential(salt, credential(headers));
+    let mut chain = Vec::with_capacity(request.messages.len() + 1);
+    let mut link = ChainHash::root(&tenant, &adapter.canonical(&request.system));
+    chain.push(link);
+    for message in &request.messages {
+        link = link.next(&adapter.canonical(message));
         chain.push(link);
-        for message in &request.messages {
-            link = link.next(&adapter.canonical(message));
-            chain.push(link);
-        }
-        let label = headers
-            .get("x-conversation-id")
-            .and_then(|value| value.to_str().ok())
-            .map(|value| value.chars().take(200).collect());
-        Self {
-            tenant,
-            chain,
-            label,
-        }
+    }
+    let label = headers
+        .get("x-conversation-id")
+        .and_then(|value| value.to_str().ok())
+        .map(|value| value.chars().take(200).collect());
+    Conversation {
+        tenant,
+        chain,
+        label,
     }
 }
 
@@ -71,7 +52,7 @@ mod tests {
             "authorization",
             format!("Bearer {key}").parse().expect("header"),
         );
-        Conversation::identify(adapter, b"", &headers, &request)
+        super::conversation(adapter, b"", &headers, &request)
     }
 
     #[test]

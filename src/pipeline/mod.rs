@@ -11,7 +11,6 @@ pub mod persist;
 mod respond;
 pub mod rewrite;
 pub mod sizes;
-pub mod storage;
 mod usage;
 
 use crate::http::passthrough::read_body;
@@ -21,7 +20,7 @@ use crate::upstream::headers;
 use axum::extract::Request;
 use axum::response::Response;
 use exchange::Exchange;
-use identify::Conversation;
+
 use tracing::Instrument;
 
 pub use keepalive::KEEPALIVE_COMMENT;
@@ -53,7 +52,7 @@ pub async fn handle(state: &AppState, route: Route, request: Request) -> Respons
         };
     };
     let salt = state.settings.storage.tenant_salt.as_bytes();
-    let conversation = Conversation::identify(adapter, salt, &parts.headers, &chat);
+    let conversation = identify::conversation(adapter, salt, &parts.headers, &chat);
     let chat = std::sync::Arc::new(chat);
     let persisted = persist::spawn(&state.background, &state.storage, &conversation, &chat);
     let stream = chat.stream;

@@ -1,10 +1,10 @@
 //! Writing what is new (DESIGN.md step 3), off the latency path: it runs
 //! beside the upstream call, and only a compaction waits for it.
 
-use super::identify::Conversation;
-use super::storage::Storage;
+use crate::conversation::Conversation;
 use crate::protocol::ChatRequest;
 use crate::store::NewMessage;
+use crate::store::Storage;
 use serde_json::Value;
 use std::sync::Arc;
 use tokio::task::JoinHandle;

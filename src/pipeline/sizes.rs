@@ -3,8 +3,8 @@
 //! when something is learned, both in the background so no request waits
 //! on the database for it.
 
-use super::storage::Storage;
 use crate::overflow::{OverflowCause, OverflowSignal};
+use crate::store::Storage;
 use crate::store::StoredSize;
 use crate::tokens::{Calibration, ModelSize, SizeBook, SizeSource};
 use std::collections::HashMap;

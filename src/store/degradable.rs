@@ -5,7 +5,7 @@
 //! breaker's verdict: the database could not be reached, or several
 //! statements in a row failed. One failing statement degrades nothing.
 
-use crate::store::{Store, StoreError};
+use super::{Store, StoreError};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
