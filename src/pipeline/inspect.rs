@@ -1,10 +1,13 @@
 //! Step 6, "detect overflow", before anything reaches the client: an error
 //! status is read whole (error bodies are small), and a 200 event stream is
-//! read up to its first chunk, because some servers put the overflow there.
-//! A healthy stream loses no time: its first chunk is what the client waits
-//! for anyway, and it is relayed as soon as it is read.
+//! read up to its first event, because some servers put the overflow there
+//! (and past the events that precede any output, where the Responses API
+//! puts its `response.failed`). A healthy stream loses no time: its first
+//! output event is what the client waits for anyway, and it is relayed as
+//! soon as it is read.
 
 use crate::overflow::{OverflowSignal, SignatureTable};
+use crate::protocol::Adapter;
 use bytes::Bytes;
 use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
@@ -12,6 +15,9 @@ use http::{HeaderMap, StatusCode};
 
 /// Error bodies larger than this are relayed without being inspected.
 const MAX_ERROR_BODY: usize = 1024 * 1024;
+
+/// Preamble events held back before a stream is relayed regardless.
+const MAX_OPENING: usize = 256 * 1024;
 
 pub enum Inspected {
     /// Relay as it is; `first_chunk` was already read off the body.
@@ -33,7 +39,11 @@ pub enum Inspected {
     },
 }
 
-pub async fn inspect(mut response: reqwest::Response, table: &SignatureTable) -> Inspected {
+pub async fn inspect(
+    mut response: reqwest::Response,
+    table: &SignatureTable,
+    adapter: &dyn Adapter,
+) -> Inspected {
     let status = response.status();
     if status.is_client_error() {
         let headers = response.headers().clone();
@@ -58,20 +68,19 @@ pub async fn inspect(mut response: reqwest::Response, table: &SignatureTable) ->
         };
     }
     if status == StatusCode::OK && is_event_stream(response.headers()) {
-        let first_chunk = response.chunk().await.ok().flatten();
-        if let Some(signal) = first_event_overflow(first_chunk.as_ref(), table).await {
+        let (held, signal) = read_opening(&mut response, table, adapter).await;
+        if let Some(signal) = signal {
             let headers = response.headers().clone();
-            let body = first_chunk.unwrap_or_default();
             return Inspected::Overflow {
                 status,
                 headers,
-                body,
+                body: held,
                 signal,
             };
         }
         return Inspected::Relay {
             response,
-            first_chunk,
+            first_chunk: Some(held).filter(|held| !held.is_empty()),
         };
     }
     Inspected::Relay {
@@ -98,17 +107,48 @@ pub(super) fn is_event_stream(headers: &HeaderMap) -> bool {
         .is_some_and(|value| value.starts_with("text/event-stream"))
 }
 
-async fn first_event_overflow(
-    chunk: Option<&Bytes>,
+/// Reads a 200 stream up to its first event that is not preamble (see
+/// [`Adapter::is_stream_preamble`]): the bytes read, and the overflow one of
+/// those events reports. A healthy stream's first real event is what the
+/// client waits for anyway, so holding the preamble until then costs it
+/// nothing.
+async fn read_opening(
+    response: &mut reqwest::Response,
     table: &SignatureTable,
-) -> Option<OverflowSignal> {
-    let chunk = chunk?;
-    // Cheap pre-check: healthy first events never mention an error.
-    if !chunk.windows(5).any(|window| window == b"error") {
-        return None;
+    adapter: &dyn Adapter,
+) -> (Bytes, Option<OverflowSignal>) {
+    let mut held = Vec::new();
+    let mut judged = 0;
+    while let Ok(Some(chunk)) = response.chunk().await {
+        held.extend_from_slice(&chunk);
+        let complete = complete_events_end(&held);
+        let mut events = futures_util::stream::iter([Ok::<_, std::io::Error>(
+            Bytes::copy_from_slice(&held[judged..complete]),
+        )])
+        .eventsource();
+        judged = complete;
+        while let Some(Ok(event)) = events.next().await {
+            if let Some(signal) = table.detect_stream_event(&event.data) {
+                return (held.into(), Some(signal));
+            }
+            if !adapter.is_stream_preamble(&event.data) {
+                return (held.into(), None);
+            }
+        }
+        if held.len() > MAX_OPENING {
+            break;
+        }
     }
-    let mut events =
-        futures_util::stream::iter([Ok::<_, std::io::Error>(chunk.clone())]).eventsource();
-    let event = events.next().await?.ok()?;
-    table.detect_stream_event(&event.data)
+    (held.into(), None)
+}
+
+/// The end of the last complete event (blank line) in `bytes`.
+fn complete_events_end(bytes: &[u8]) -> usize {
+    let ends = |sep: &[u8]| {
+        bytes
+            .windows(sep.len())
+            .rposition(|w| w == sep)
+            .map_or(0, |i| i + sep.len())
+    };
+    ends(b"\n\n").max(ends(b"\r\n\r\n"))
 }

@@ -33,7 +33,7 @@ pub async fn handle(state: &AppState, route: Route, request: Request) -> Respons
         Ok(body) => body,
         Err(error) => return error.into_response_for(protocol),
     };
-    let adapter = protocol.adapter();
+    let adapter = route.adapter();
     // Invariant 9: what Condenser cannot parse goes upstream unchanged.
     let Some(chat) = adapter.parse(&body) else {
         let outgoing = headers::request_headers(&parts.headers);

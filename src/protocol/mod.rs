@@ -5,6 +5,7 @@
 pub mod anthropic;
 pub mod openai;
 mod request;
+pub mod responses;
 
 use serde_json::Value;
 
@@ -126,6 +127,14 @@ pub trait Adapter: Send + Sync {
     /// message_delta / response.completed).
     fn stream_usage(&self, _event: &Value) -> Option<Usage> {
         None
+    }
+
+    /// Whether a 200 stream's event (its `data`) is one the API sends
+    /// before any output, after which it may still fail with an overflow
+    /// (Responses' `response.created`). Condenser holds such events back
+    /// until it has seen the first one that is not.
+    fn is_stream_preamble(&self, _data: &str) -> bool {
+        false
     }
 }
 
