@@ -11,6 +11,7 @@ mod helpers;
 mod persistence;
 mod process;
 mod realllm;
+mod responses;
 mod sdk;
 mod sizing;
 mod store;

@@ -112,8 +112,9 @@ fn reasoning_pairing(items: &[Value], index: usize) -> Result<(), String> {
 
 /// What the fake puts in `encrypted_content`: only it can produce it, so a
 /// changed or misplaced reasoning item is refused as the real API would.
+/// About as long as the real API's (which are a few hundred bytes and up).
 pub fn encrypted_content(id: &str) -> String {
-    format!("gAAAAB{}", sign(id))
+    format!("gAAAAB{}", sign(id).repeat(8))
 }
 
 /// The prompt's size: a quarter of its JSON bytes plus 3 per input item.
