@@ -2,6 +2,7 @@
 //! stage of the request, as in DESIGN.md.
 
 mod anthropic;
+mod codex;
 mod compaction;
 mod disconnects;
 mod failures;

@@ -1,0 +1,127 @@
+//! The real Codex CLI (`@openai/codex`, pinned and installed by
+//! `scripts/test`, which sets `CONDENSER_TEST_CODEX`) through the proxy
+//! against the fake upstream, offline as `shared/reference/clients.md`
+//! describes: one `codex exec` session resumed turn after turn, its
+//! history outgrowing the window several times, every turn succeeding.
+
+use crate::helpers::agent::filler;
+use crate::helpers::app::{spawn_app_with, Options, TestApp, OPENAI_KEY};
+use serde_json::{json, Value};
+use std::path::Path;
+
+const MODEL: &str = "fake-model";
+/// Codex's own prompt and tools take about 10k of the fake's tokens.
+const WINDOW: u64 = 14_000;
+const TURNS: usize = 12;
+
+fn codex() -> String {
+    std::env::var("CONDENSER_TEST_CODEX")
+        .expect("CONDENSER_TEST_CODEX is not set: run the suite with scripts/test, which installs Codex CLI")
+}
+
+fn write_config(home: &Path, app: &TestApp) {
+    let config = format!(
+        r#"model = "{MODEL}"
+model_provider = "condenser"
+
+[model_providers.condenser]
+name = "Condenser (local)"
+base_url = "{}/v1"
+env_key = "CONDENSER_API_KEY"
+wire_api = "responses"
+
+[analytics]
+enabled = false
+
+[features]
+plugins = false
+"#,
+        app.address
+    );
+    std::fs::write(home.join("config.toml"), config).expect("writing the Codex config");
+}
+
+/// One `codex exec` turn (resuming the last session after the first): its
+/// `--json` events.
+async fn turn(home: &Path, workdir: &Path, number: usize) -> Vec<Value> {
+    // A user pasting a log: each turn grows the history by ~600 tokens.
+    let prompt = format!(
+        "Turn {number}: read this log. [tools]\n{}",
+        filler(2_400, number)
+    );
+    let mut command = tokio::process::Command::new(codex());
+    command.args([
+        "exec",
+        "--skip-git-repo-check",
+        "--json",
+        "--dangerously-bypass-approvals-and-sandbox",
+    ]);
+    if number > 1 {
+        command.args(["resume", "--last"]);
+    }
+    let output = command
+        .arg(&prompt)
+        .current_dir(workdir)
+        .env("CODEX_HOME", home)
+        .env("CONDENSER_API_KEY", OPENAI_KEY)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("codex runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "turn {number}: codex failed\n{stdout}\n{stderr}"
+    );
+    stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn codex_cli_keeps_working_across_compactions() {
+    let options = Options::default()
+        .window(MODEL, WINDOW)
+        .settings(json!({"compaction": {"summary_max_tokens": 300}}));
+    let app = spawn_app_with(options).await;
+    let home = tempfile::tempdir().expect("a CODEX_HOME");
+    let workdir = tempfile::tempdir().expect("a working directory");
+    write_config(home.path(), &app);
+
+    for number in 1..=TURNS {
+        let events = turn(home.path(), workdir.path(), number).await;
+        let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+        assert!(
+            kinds.contains(&"turn.completed")
+                && !kinds.contains(&"turn.failed")
+                && !kinds.contains(&"error"),
+            "turn {number}: {events:?}"
+        );
+        let answered = events.iter().any(|e| {
+            e["item"]["type"] == "agent_message"
+                && e["item"]["text"].as_str().is_some_and(|t| !t.is_empty())
+        });
+        assert!(answered, "turn {number}: no answer in {events:?}");
+    }
+
+    let summaries = app.upstream.summary_requests().len();
+    assert!(summaries >= 2, "{summaries} summaries over {TURNS} turns");
+    let requests = app.upstream.chat_requests();
+    assert!(requests
+        .iter()
+        .all(|r| r.header("x-codex-turn-metadata").is_some()));
+    for request in app.upstream.requests() {
+        let body = String::from_utf8_lossy(&request.body);
+        assert!(
+            request.status == 200 || request.input_tokens.is_some(),
+            "refused for its shape: {body}"
+        );
+    }
+    let tool_rounds = requests
+        .iter()
+        .filter(|r| r.body.windows(20).any(|w| w == b"function_call_output"))
+        .count();
+    assert!(tool_rounds >= TURNS, "every turn ran a tool round");
+}
