@@ -6,6 +6,7 @@
 
 use crate::helpers::agent::filler;
 use crate::helpers::app::{spawn_app_with, Options, TestApp, OPENAI_KEY};
+use fake_upstream::RecordedRequest;
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -19,11 +20,11 @@ fn codex() -> String {
         .expect("CONDENSER_TEST_CODEX is not set: run the suite with scripts/test, which installs Codex CLI")
 }
 
-fn write_config(home: &Path, app: &TestApp) {
+fn write_config(home: &Path, app: &TestApp, extra: &str) {
     let config = format!(
         r#"model = "{MODEL}"
 model_provider = "condenser"
-
+{extra}
 [model_providers.condenser]
 name = "Condenser (local)"
 base_url = "{}/v1"
@@ -43,7 +44,7 @@ plugins = false
 
 /// One `codex exec` turn (resuming the last session after the first): its
 /// `--json` events.
-async fn turn(home: &Path, workdir: &Path, number: usize) -> Vec<Value> {
+async fn run_turn(home: &Path, workdir: &Path, number: usize) -> Vec<Value> {
     // A user pasting a log: each turn grows the history by ~600 tokens.
     let prompt = format!(
         "Turn {number}: read this log. [tools]\n{}",
@@ -80,18 +81,18 @@ async fn turn(home: &Path, workdir: &Path, number: usize) -> Vec<Value> {
         .collect()
 }
 
-#[tokio::test]
-async fn codex_cli_keeps_working_across_compactions() {
+/// Runs `TURNS` turns of one Codex session, asserting each succeeded with
+/// an answer, and that the fake refused nothing for its shape.
+async fn run_session(extra_config: &str) -> TestApp {
     let options = Options::default()
         .window(MODEL, WINDOW)
         .settings(json!({"compaction": {"summary_max_tokens": 300}}));
     let app = spawn_app_with(options).await;
     let home = tempfile::tempdir().expect("a CODEX_HOME");
     let workdir = tempfile::tempdir().expect("a working directory");
-    write_config(home.path(), &app);
-
+    write_config(home.path(), &app, extra_config);
     for number in 1..=TURNS {
-        let events = turn(home.path(), workdir.path(), number).await;
+        let events = run_turn(home.path(), workdir.path(), number).await;
         let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
         assert!(
             kinds.contains(&"turn.completed")
@@ -105,13 +106,6 @@ async fn codex_cli_keeps_working_across_compactions() {
         });
         assert!(answered, "turn {number}: no answer in {events:?}");
     }
-
-    let summaries = app.upstream.summary_requests().len();
-    assert!(summaries >= 2, "{summaries} summaries over {TURNS} turns");
-    let requests = app.upstream.chat_requests();
-    assert!(requests
-        .iter()
-        .all(|r| r.header("x-codex-turn-metadata").is_some()));
     for request in app.upstream.requests() {
         let body = String::from_utf8_lossy(&request.body);
         assert!(
@@ -119,9 +113,57 @@ async fn codex_cli_keeps_working_across_compactions() {
             "refused for its shape: {body}"
         );
     }
+    app
+}
+
+fn request_kind(request: &RecordedRequest) -> Option<String> {
+    let metadata: Value = serde_json::from_str(request.header("x-codex-turn-metadata")?).ok()?;
+    metadata["request_kind"].as_str().map(String::from)
+}
+
+#[tokio::test]
+async fn codex_cli_keeps_working_across_compactions() {
+    let app = run_session("").await;
+    let summaries = app.upstream.summary_requests().len();
+    assert!(summaries >= 2, "{summaries} summaries over {TURNS} turns");
+    let requests = app.upstream.chat_requests();
+    assert!(requests
+        .iter()
+        .all(|r| request_kind(r).as_deref() == Some("turn")));
     let tool_rounds = requests
         .iter()
         .filter(|r| r.body.windows(20).any(|w| w == b"function_call_output"))
         .count();
     assert!(tool_rounds >= TURNS, "every turn ran a tool round");
+}
+
+/// With a window it knows, Codex compacts its own history too: its
+/// compaction requests end with its own prompt, which reaches the upstream
+/// whole, and Condenser still rescues the turns that overflow anyway.
+#[tokio::test]
+async fn codex_cli_compacting_itself_keeps_its_compaction_prompt() {
+    let app = run_session(&format!(
+        "model_context_window = {WINDOW}\nmodel_auto_compact_token_limit = 11000\n"
+    ))
+    .await;
+    let own: Vec<Value> = app
+        .upstream
+        .chat_requests()
+        .into_iter()
+        .filter(|r| request_kind(r).as_deref() == Some("compaction"))
+        .filter_map(|r| r.json)
+        .collect();
+    assert!(own.len() >= 2, "Codex compacted {} times", own.len());
+    for request in &own {
+        let last = request["input"]
+            .as_array()
+            .and_then(|i| i.last())
+            .expect("input");
+        let prompt = last["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(
+            prompt.starts_with("You are performing a CONTEXT CHECKPOINT COMPACTION"),
+            "{last}"
+        );
+    }
+    assert!(!app.upstream.summary_requests().is_empty());
 }
