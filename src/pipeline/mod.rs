@@ -55,7 +55,13 @@ pub async fn handle(state: &AppState, route: Route, request: Request) -> Respons
     let salt = state.settings.storage.tenant_salt.as_bytes();
     let conversation = Conversation::identify(adapter, salt, &parts.headers, &chat);
     let chat = std::sync::Arc::new(chat);
-    let persisted = persist::spawn(&state.background, &state.storage, &conversation, &chat);
+    let persisted = persist::spawn(
+        &state.background,
+        &state.storage,
+        adapter,
+        &conversation,
+        &chat,
+    );
     let stream = chat.stream;
     let exchange = Exchange::new(
         state.clone(),

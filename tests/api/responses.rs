@@ -58,6 +58,11 @@ async fn a_long_responses_agent_never_sees_an_overflow(backend: TestBackend) {
     assert!(compactions >= 2, "only {compactions} compactions");
     assert!(app.upstream.summary_requests().len() >= 2);
     assert_only_overflows_refused(&app);
+    // Units are stored under the role of their last item, for people.
+    for role in ["user", "assistant", "tool"] {
+        let sql = format!("select count(*) from messages where role = '{role}'");
+        assert!(app.db.count(&sql).await > 0, "no {role} rows stored");
+    }
 }
 
 async fn reasoning_items_in_the_kept_tail_reach_the_upstream_byte_identical(backend: TestBackend) {
