@@ -2,13 +2,18 @@
 //! `scripts/test`, which sets `CONDENSER_TEST_CODEX`) through the proxy
 //! against the fake upstream, offline as `shared/reference/clients.md`
 //! describes: one `codex exec` session resumed turn after turn, its
-//! history outgrowing the window several times, every turn succeeding.
+//! history outgrowing the window several times, every turn succeeding
+//! (summaries slow enough that Codex reads keep-alives before its answer).
 
 use crate::helpers::agent::filler;
 use crate::helpers::app::{spawn_app_with, Options, TestApp, OPENAI_KEY};
 use fake_upstream::RecordedRequest;
 use serde_json::{json, Value};
+use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 const MODEL: &str = "fake-model";
 /// Codex's own prompt and tools take about 10k of the fake's tokens.
@@ -82,12 +87,25 @@ async fn run_turn(home: &Path, workdir: &Path, number: usize) -> Vec<Value> {
 }
 
 /// Runs `TURNS` turns of one Codex session, asserting each succeeded with
-/// an answer, and that the fake refused nothing for its shape.
-async fn run_session(extra_config: &str) -> TestApp {
-    let options = Options::default()
-        .window(MODEL, WINDOW)
-        .settings(json!({"compaction": {"summary_max_tokens": 300}}));
-    let app = spawn_app_with(options).await;
+/// an answer, and that the fake refused nothing for its shape. Summaries
+/// take `summary_delay`; past 300 ms Codex gets keep-alives first.
+async fn run_session(
+    extra_config: &str,
+    summary_delay: Duration,
+    keepalives: Arc<AtomicUsize>,
+) -> TestApp {
+    let mut options = Options::default().window(MODEL, WINDOW).settings(
+        json!({"compaction": {"summary_max_tokens": 300, "keepalive_interval": "300ms"}}),
+    );
+    options.fake.summary_delay = summary_delay;
+    let mut app = spawn_app_with(options).await;
+    // Codex talks to the proxy through a tap that counts keep-alives.
+    let target: SocketAddr = app
+        .address
+        .trim_start_matches("http://")
+        .parse()
+        .expect("address");
+    app.address = format!("http://{}", keepalive_tap(target, keepalives.clone()).await);
     let home = tempfile::tempdir().expect("a CODEX_HOME");
     let workdir = tempfile::tempdir().expect("a working directory");
     write_config(home.path(), &app, extra_config);
@@ -123,7 +141,12 @@ fn request_kind(request: &RecordedRequest) -> Option<String> {
 
 #[tokio::test]
 async fn codex_cli_keeps_working_across_compactions() {
-    let app = run_session("").await;
+    let keepalives = Arc::new(AtomicUsize::new(0));
+    let app = run_session("", Duration::from_millis(1_000), keepalives.clone()).await;
+    assert!(
+        keepalives.load(Ordering::Relaxed) > 0,
+        "Codex read keep-alives while summaries were written"
+    );
     let summaries = app.upstream.summary_requests().len();
     assert!(summaries >= 2, "{summaries} summaries over {TURNS} turns");
     let requests = app.upstream.chat_requests();
@@ -142,9 +165,11 @@ async fn codex_cli_keeps_working_across_compactions() {
 /// whole, and Condenser still rescues the turns that overflow anyway.
 #[tokio::test]
 async fn codex_cli_compacting_itself_keeps_its_compaction_prompt() {
-    let app = run_session(&format!(
-        "model_context_window = {WINDOW}\nmodel_auto_compact_token_limit = 11000\n"
-    ))
+    let app = run_session(
+        &format!("model_context_window = {WINDOW}\nmodel_auto_compact_token_limit = 11000\n"),
+        Duration::ZERO,
+        Arc::default(),
+    )
     .await;
     let own: Vec<Value> = app
         .upstream
@@ -166,4 +191,43 @@ async fn codex_cli_compacting_itself_keeps_its_compaction_prompt() {
         );
     }
     assert!(!app.upstream.summary_requests().is_empty());
+}
+
+/// A TCP relay to `target` that counts the keep-alive comments flowing
+/// back to the client.
+async fn keepalive_tap(target: SocketAddr, seen: Arc<AtomicUsize>) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let Ok(outbound) = tokio::net::TcpStream::connect(target).await else {
+                    return;
+                };
+                let (mut client_read, mut client_write) = inbound.into_split();
+                let (mut proxy_read, mut proxy_write) = outbound.into_split();
+                tokio::spawn(
+                    async move { tokio::io::copy(&mut client_read, &mut proxy_write).await },
+                );
+                let mut buffer = vec![0u8; 64 * 1024];
+                while let Ok(read) = proxy_read.read(&mut buffer).await {
+                    let chunk = &buffer[..read];
+                    if read == 0 || client_write.write_all(chunk).await.is_err() {
+                        break;
+                    }
+                    let comment = condenser::pipeline::KEEPALIVE_COMMENT;
+                    let count = chunk
+                        .windows(comment.len())
+                        .filter(|w| *w == comment)
+                        .count();
+                    seen.fetch_add(count, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    addr
 }
