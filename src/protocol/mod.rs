@@ -59,6 +59,16 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// The counts named `input` and `output` of a `usage` object; the
+    /// input count is required.
+    fn read(usage: &Value, input: &str, output: &str) -> Option<Usage> {
+        let count = |key: &str| usage.get(key).and_then(Value::as_u64);
+        Some(Usage {
+            input_tokens: count(input)?,
+            output_tokens: count(output).unwrap_or(0),
+        })
+    }
+
     /// Streams report usage in parts (Anthropic's input in `message_start`,
     /// output in `message_delta`); later counts only grow.
     pub fn merged(self, later: Usage) -> Usage {

@@ -35,13 +35,7 @@ fn assert_only_overflows_refused(app: &TestApp) {
 
 /// The last request the upstream answered, raw and parsed.
 fn last_accepted(app: &TestApp) -> (Vec<u8>, Value) {
-    let accepted = app
-        .upstream
-        .chat_requests()
-        .into_iter()
-        .rev()
-        .find(|r| r.status == 200)
-        .expect("an accepted request");
+    let accepted = app.upstream.last_accepted().expect("an accepted request");
     (accepted.body.to_vec(), accepted.json.expect("json"))
 }
 

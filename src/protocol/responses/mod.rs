@@ -169,12 +169,7 @@ impl Adapter for Responses {
     }
 
     fn usage(&self, response: &Value) -> Option<Usage> {
-        let usage = response.get("usage")?;
-        let count = |key: &str| usage.get(key).and_then(Value::as_u64);
-        Some(Usage {
-            input_tokens: count("input_tokens")?,
-            output_tokens: count("output_tokens").unwrap_or(0),
-        })
+        Usage::read(response.get("usage")?, "input_tokens", "output_tokens")
     }
 
     /// `response.completed` (and `response.incomplete`) carry the whole

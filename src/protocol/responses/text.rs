@@ -4,6 +4,8 @@
 use super::units::{item_type, items};
 use crate::conversation::canonical_json;
 use crate::protocol::elide_middle;
+// Message contents and tool outputs: a string, or parts with `text`.
+use crate::protocol::openai::text_of;
 use serde_json::Value;
 use std::borrow::Cow;
 
@@ -46,26 +48,6 @@ fn single_text_part(content: &Value) -> Option<String> {
     TEXT_PARTS
         .contains(&kind)
         .then(|| part.get("text")?.as_str().map(str::to_string))?
-}
-
-/// Text of a message content or a tool output: a string, or its text parts
-/// joined, other parts (images, files) named by type.
-pub fn text_of(content: Option<&Value>) -> String {
-    match content {
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .map(|part| match part.get("text").and_then(Value::as_str) {
-                Some(text) => text.to_string(),
-                None => format!(
-                    "[{}]",
-                    part.get("type").and_then(Value::as_str).unwrap_or("part")
-                ),
-            })
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
 }
 
 /// Reasoning items are left out: they are the model's private reasoning,

@@ -84,16 +84,16 @@ async fn respond(
         .get(model)
         .copied()
         .unwrap_or(config.default_context_window);
+    let reply = Reply::new(
+        protocol,
+        &request,
+        &record.body,
+        &config,
+        record.kind,
+        tokens,
+    );
     if let Some(message) = overflow(protocol, &request, tokens, window) {
         if protocol == Protocol::Responses && request["stream"] == true {
-            let reply = Reply::new(
-                protocol,
-                &request,
-                &record.body,
-                &config,
-                record.kind,
-                tokens,
-            );
             let events = crate::responses_sse::overflow(&request, &reply);
             return sse::respond(events, config.chunk_delay);
         }
@@ -103,14 +103,6 @@ async fn respond(
         state.summary_delay(config.summary_delay).await;
     }
     tokio::time::sleep(config.first_byte_delay).await;
-    let reply = Reply::new(
-        protocol,
-        &request,
-        &record.body,
-        &config,
-        record.kind,
-        tokens,
-    );
     if request["stream"] == true {
         sse::stream(protocol, &request, reply, &config)
     } else {

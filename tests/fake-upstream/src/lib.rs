@@ -71,6 +71,15 @@ impl FakeUpstream {
             .collect()
     }
 
+    /// The last chat request answered with 200 (for a stream, that may
+    /// still be one that failed in-band).
+    pub fn last_accepted(&self) -> Option<RecordedRequest> {
+        self.chat_requests()
+            .into_iter()
+            .rev()
+            .find(|r| r.status == 200)
+    }
+
     pub fn summary_requests(&self) -> Vec<RecordedRequest> {
         self.requests()
             .into_iter()
