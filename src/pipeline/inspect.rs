@@ -152,3 +152,75 @@ fn complete_events_end(bytes: &[u8]) -> usize {
     };
     ends(b"\n\n").max(ends(b"\r\n\r\n"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::responses::Responses;
+    use crate::protocol::Protocol;
+
+    fn stream(events: &[&str]) -> reqwest::Response {
+        let chunks: Vec<Result<Bytes, std::io::Error>> = events
+            .iter()
+            .map(|event| Ok(Bytes::from(event.to_string())))
+            .collect();
+        let body = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
+        let response = http::Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(body)
+            .expect("a response");
+        reqwest::Response::from(response)
+    }
+
+    const CREATED: &str = "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"error\":null}}\n\n";
+    const IN_PROGRESS: &str = "event: response.in_progress\ndata: {\"type\":\"response.in_progress\",\"response\":{\"error\":null}}\n\n";
+
+    #[tokio::test]
+    async fn a_responses_stream_failing_after_its_preamble_is_an_overflow() {
+        let error = r#"{"code":"context_length_exceeded","message":"Your input exceeds the context window of this model. Please adjust your input and try again."}"#;
+        let failed = format!("event: response.failed\ndata: {{\"type\":\"response.failed\",\"response\":{{\"status\":\"failed\",\"error\":{error}}}}}\n\n");
+        // OpenAI's own streaming path reports it as an `error` event.
+        let errored = format!("event: error\ndata: {{\"type\":\"error\",\"sequence_number\":2,\"error\":{error}}}\n\n");
+        for last in [failed, errored] {
+            let response = stream(&[CREATED, IN_PROGRESS, &last]);
+            let inspected = inspect(response, &SignatureTable::builtin(), &Responses).await;
+            let Inspected::Overflow { body, .. } = inspected else {
+                panic!("not recognized: {last}");
+            };
+            assert!(body.ends_with(last.as_bytes()), "the whole opening is kept");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_healthy_stream_is_relayed_from_its_first_output_event() {
+        let output = "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\"}\n\n";
+        let rest = "event: response.completed\ndata: {\"type\":\"response.completed\"}\n\n";
+        // An event may arrive in pieces.
+        let response = stream(&[&CREATED[..30], &CREATED[30..], IN_PROGRESS, output, rest]);
+        let Inspected::Relay {
+            mut response,
+            first_chunk,
+        } = inspect(response, &SignatureTable::builtin(), &Responses).await
+        else {
+            panic!("relayed");
+        };
+        let held = first_chunk.expect("the opening");
+        assert_eq!(held, format!("{CREATED}{IN_PROGRESS}{output}"));
+        let next = response.chunk().await.expect("reads").expect("a chunk");
+        assert_eq!(next, rest.as_bytes());
+    }
+
+    #[tokio::test]
+    async fn chat_streams_are_judged_on_their_first_event_only() {
+        let first = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
+        let later =
+            "data: {\"error\":{\"message\":\"prompt is too long: 9 tokens > 1 maximum\"}}\n\n";
+        let response = stream(&[first, later]);
+        let adapter = Protocol::Openai.adapter();
+        let inspected = inspect(response, &SignatureTable::builtin(), adapter).await;
+        let Inspected::Relay { first_chunk, .. } = inspected else {
+            panic!("a later event is the client's to see");
+        };
+        assert_eq!(first_chunk.expect("first"), first.as_bytes());
+    }
+}
