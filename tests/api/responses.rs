@@ -43,6 +43,7 @@ both_backends!(
     a_long_responses_agent_never_sees_an_overflow,
     reasoning_items_in_the_kept_tail_reach_the_upstream_byte_identical,
     a_streamed_overflow_is_compacted_before_the_client_sees_it,
+    a_function_call_output_larger_than_the_window_is_trimmed,
 );
 
 async fn a_long_responses_agent_never_sees_an_overflow(backend: TestBackend) {
@@ -125,6 +126,35 @@ async fn a_streamed_overflow_is_compacted_before_the_client_sees_it(backend: Tes
         failed_streams > 0,
         "the upstream failed some streams with an overflow"
     );
+    assert_only_overflows_refused(&app);
+}
+
+async fn a_function_call_output_larger_than_the_window_is_trimmed(backend: TestBackend) {
+    let app = spawn_app_with(small_window(backend)).await;
+    let mut agent = ResponsesAgent::new(MODEL, 100, 1);
+    agent.say("Read the log. [tools]");
+    assert_eq!(agent.send(&app).await.status, 200);
+    agent.answer_calls(&crate::helpers::agent::filler(60_000, 7));
+    let call_id = agent.input.last().expect("the output")["call_id"].clone();
+    app.upstream.clear_requests();
+
+    let step = agent.send(&app).await;
+
+    assert_eq!(step.status, 200, "{}", step.body);
+    assert!(app.upstream.chat_requests().len() <= 3, "bounded attempts");
+    let (_, body) = last_accepted(&app);
+    let input = body["input"].as_array().expect("input");
+    let output = input
+        .iter()
+        .find(|item| item["type"] == "function_call_output")
+        .expect("the output is kept, trimmed");
+    let text = output["output"].as_str().expect("text");
+    assert!(
+        text.contains("condenser trimmed"),
+        "an explicit elision marker"
+    );
+    assert!(text.len() < 30_000, "{} bytes kept", text.len());
+    assert_eq!(output["call_id"], call_id);
     assert_only_overflows_refused(&app);
 }
 

@@ -90,6 +90,15 @@ impl ResponsesAgent {
             {"type": "input_text", "text": text}]}));
     }
 
+    /// Answers every pending call with `output`.
+    pub fn answer_calls(&mut self, output: &str) {
+        for call_id in self.pending_calls() {
+            self.input.push(
+                json!({"type": "function_call_output", "call_id": call_id, "output": output}),
+            );
+        }
+    }
+
     fn pending_calls(&self) -> Vec<String> {
         let answered: Vec<&str> = self
             .input
@@ -114,8 +123,7 @@ impl ResponsesAgent {
             let step = self.send(app).await;
             let status = step.status;
             steps.push(step);
-            let calls = self.pending_calls();
-            if status != 200 || calls.is_empty() {
+            if status != 200 || self.pending_calls().is_empty() {
                 break;
             }
             let more = if round + 1 < self.rounds_per_turn {
@@ -124,10 +132,9 @@ impl ResponsesAgent {
                 "done"
             };
             let filler = super::agent::filler(self.result_bytes, number * 100 + round);
-            for call_id in calls {
-                self.input.push(json!({"type": "function_call_output", "call_id": call_id,
-                    "output": format!("contents of module {number} round {round} {more} {filler}")}));
-            }
+            self.answer_calls(&format!(
+                "contents of module {number} round {round} {more} {filler}"
+            ));
         }
         steps
     }
