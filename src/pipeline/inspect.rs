@@ -118,7 +118,7 @@ async fn read_opening(
     adapter: &dyn Adapter,
 ) -> (Bytes, Option<OverflowSignal>) {
     let mut held = Vec::new();
-    let mut judged = 0;
+    let (mut judged, mut in_preamble) = (0, false);
     while let Ok(Some(chunk)) = response.chunk().await {
         held.extend_from_slice(&chunk);
         let complete = complete_events_end(&held);
@@ -134,8 +134,12 @@ async fn read_opening(
             if !adapter.is_stream_preamble(&event.data) {
                 return (held.into(), None);
             }
+            in_preamble = true;
         }
-        if held.len() > MAX_OPENING {
+        // Only a preamble or a partial first event is held for more: a
+        // first chunk of comments (a gateway's "processing" pings) goes to
+        // the client at once.
+        if (complete > 0 && !in_preamble) || held.len() > MAX_OPENING {
             break;
         }
     }
@@ -208,6 +212,17 @@ mod tests {
         assert_eq!(held, format!("{CREATED}{IN_PROGRESS}{output}"));
         let next = response.chunk().await.expect("reads").expect("a chunk");
         assert_eq!(next, rest.as_bytes());
+    }
+
+    #[tokio::test]
+    async fn a_first_chunk_of_comments_is_relayed_at_once() {
+        let ping = ": OPENROUTER PROCESSING\n\n";
+        let response = stream(&[ping, CREATED]);
+        let inspected = inspect(response, &SignatureTable::builtin(), &Responses).await;
+        let Inspected::Relay { first_chunk, .. } = inspected else {
+            panic!("relayed");
+        };
+        assert_eq!(first_chunk.expect("the ping"), ping.as_bytes());
     }
 
     #[tokio::test]
