@@ -218,3 +218,29 @@ async fn a_codex_compaction_request_keeps_its_own_prompt() {
     );
     assert!(!app.upstream.summary_requests().is_empty());
 }
+
+/// `response.completed` carries the usage that calibrates the estimate.
+#[tokio::test]
+async fn usage_in_response_completed_calibrates_the_estimate() {
+    let app = spawn_app_with(Options::default()).await;
+    let mut agent = ResponsesAgent::new(MODEL, 0, 0);
+    agent.stream = true;
+    agent.say(&format!("Summarize this: {}", "lorem ipsum ".repeat(400)));
+    assert_eq!(agent.send(&app).await.status, 200);
+    let sent = app.upstream.last_accepted().expect("a request");
+    let rate = sent.input_tokens.expect("counted") as f64 / sent.body.len() as f64;
+    let sql = "select coalesce(max(tokens_per_mbyte), 0) from model_calibrations";
+    let mut stored = 0;
+    for _ in 0..50 {
+        stored = app.db.count(sql).await;
+        if stored > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let stored = stored as f64 / 1e6;
+    assert!(
+        (stored - rate).abs() / rate < 0.15,
+        "stored {stored}, the upstream's rate {rate}"
+    );
+}
