@@ -3,9 +3,10 @@
 //! reasoning items whole and byte-identical, a streamed overflow never
 //! reaches the client, and stateful requests pass through untouched.
 
+use crate::helpers::agent::{filler, Agent, Dialect};
 use crate::helpers::app::{spawn_app_with, Options, TestApp, OPENAI_KEY};
 use crate::helpers::db::{both_backends, TestBackend};
-use crate::helpers::responses::ResponsesAgent;
+use crate::helpers::responses::{assistant_item, developer_item};
 use condenser::protocol::SUMMARY_MARKER;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
@@ -48,11 +49,23 @@ both_backends!(
 
 async fn a_long_responses_agent_never_sees_an_overflow(backend: TestBackend) {
     let app = spawn_app_with(small_window(backend)).await;
-    let mut agent = ResponsesAgent::new(MODEL, 1_500, 3);
+    let mut agent = Agent::new(Dialect::Responses, MODEL, 1_500, 3);
     let compactions = agent.run_turns(&app, 30).await;
     assert!(compactions >= 2, "only {compactions} compactions");
     assert!(app.upstream.summary_requests().len() >= 2);
     assert_only_overflows_refused(&app);
+    // Flat and bounded: each summary call capped, never a summary in a summary.
+    for call in app.upstream.summary_requests() {
+        let cap = call.json.expect("json")["max_output_tokens"].as_u64();
+        assert!(cap.is_some_and(|tokens| tokens <= 300), "{cap:?}");
+    }
+    for request in app.upstream.chat_requests() {
+        let body = String::from_utf8_lossy(&request.body);
+        assert!(
+            body.matches(SUMMARY_MARKER).count() <= 1,
+            "a nested summary"
+        );
+    }
     // Units are stored under the role of their last item, for people.
     for role in ["user", "assistant", "tool"] {
         let sql = format!("select count(*) from messages where role = '{role}'");
@@ -62,7 +75,7 @@ async fn a_long_responses_agent_never_sees_an_overflow(backend: TestBackend) {
 
 async fn reasoning_items_in_the_kept_tail_reach_the_upstream_byte_identical(backend: TestBackend) {
     let app = spawn_app_with(small_window(backend)).await;
-    let mut agent = ResponsesAgent::new(MODEL, 1_500, 3);
+    let mut agent = Agent::new(Dialect::Responses, MODEL, 1_500, 3);
     let mut turn = 0;
     while app.upstream.summary_requests().is_empty() {
         turn += 1;
@@ -74,7 +87,7 @@ async fn reasoning_items_in_the_kept_tail_reach_the_upstream_byte_identical(back
     let (bytes, body) = last_accepted(&app);
     let sent = String::from_utf8(bytes).expect("utf-8");
     let input = body["input"].as_array().expect("input");
-    assert_eq!(input[0], agent.input[0], "the developer item stays first");
+    assert_eq!(input[0], developer_item(), "the developer item stays first");
     assert!(input[1]["content"][0]["text"]
         .as_str()
         .expect("summary text")
@@ -89,11 +102,11 @@ async fn reasoning_items_in_the_kept_tail_reach_the_upstream_byte_identical(back
         // As the client serialized it, followed by the item it led into.
         let pair = format!("{},{}", item, input[index + 1]);
         let original = agent
-            .input
+            .messages
             .iter()
             .position(|i| i == item)
             .expect("a reasoning item the client sent");
-        assert_eq!(agent.input[original + 1], input[index + 1]);
+        assert_eq!(agent.messages[original + 1], input[index + 1]);
         assert!(sent.contains(&pair), "reasoning pair altered: {pair}");
     }
     assert_only_overflows_refused(&app);
@@ -101,8 +114,8 @@ async fn reasoning_items_in_the_kept_tail_reach_the_upstream_byte_identical(back
 
 async fn a_streamed_overflow_is_compacted_before_the_client_sees_it(backend: TestBackend) {
     let app = spawn_app_with(small_window(backend)).await;
-    let mut agent = ResponsesAgent::new(MODEL, 1_500, 3);
-    agent.stream = true;
+    let mut agent = Agent::new(Dialect::Responses, MODEL, 1_500, 3);
+    agent.extra = json!({"stream": true});
     let mut compactions = 0;
     for turn in 1..=12 {
         for step in agent.turn(&app, turn).await {
@@ -131,11 +144,11 @@ async fn a_streamed_overflow_is_compacted_before_the_client_sees_it(backend: Tes
 
 async fn a_function_call_output_larger_than_the_window_is_trimmed(backend: TestBackend) {
     let app = spawn_app_with(small_window(backend)).await;
-    let mut agent = ResponsesAgent::new(MODEL, 100, 1);
+    let mut agent = Agent::new(Dialect::Responses, MODEL, 100, 1);
     agent.say("Read the log. [tools]");
     assert_eq!(agent.send(&app).await.status, 200);
-    agent.answer_calls(&crate::helpers::agent::filler(60_000, 7));
-    let call_id = agent.input.last().expect("the output")["call_id"].clone();
+    agent.answer_tools(&filler(60_000, 7));
+    let call_id = agent.messages.last().expect("the output")["call_id"].clone();
     app.upstream.clear_requests();
 
     let step = agent.send(&app).await;
@@ -186,13 +199,10 @@ async fn a_previous_response_id_request_passes_through_unchanged() {
 #[tokio::test]
 async fn a_codex_compaction_request_keeps_its_own_prompt() {
     let app = spawn_app_with(small_window(TestBackend::Sqlite)).await;
-    let mut agent = ResponsesAgent::new(MODEL, 1_500, 0);
+    let mut agent = Agent::new(Dialect::Responses, MODEL, 1_500, 0);
     for i in 0..12 {
         agent.say(&format!("note {i}: {}", "lorem ipsum dolor ".repeat(60)));
-        agent
-            .input
-            .push(json!({"type": "message", "role": "assistant", "content": [
-            {"type": "output_text", "text": format!("noted {i}"), "annotations": []}]}));
+        agent.messages.push(assistant_item(&format!("noted {i}")));
     }
     let prompt = "You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff summary for another LLM that will resume the task.";
     agent.say(prompt);
@@ -213,7 +223,7 @@ async fn a_codex_compaction_request_keeps_its_own_prompt() {
     let input = body["input"].as_array().expect("input");
     assert_eq!(
         input.last(),
-        agent.input.last(),
+        agent.messages.last(),
         "the compaction prompt is sent whole"
     );
     assert!(!app.upstream.summary_requests().is_empty());
@@ -223,8 +233,8 @@ async fn a_codex_compaction_request_keeps_its_own_prompt() {
 #[tokio::test]
 async fn usage_in_response_completed_calibrates_the_estimate() {
     let app = spawn_app_with(Options::default()).await;
-    let mut agent = ResponsesAgent::new(MODEL, 0, 0);
-    agent.stream = true;
+    let mut agent = Agent::new(Dialect::Responses, MODEL, 0, 0);
+    agent.extra = json!({"stream": true});
     agent.say(&format!("Summarize this: {}", "lorem ipsum ".repeat(400)));
     assert_eq!(agent.send(&app).await.status, 200);
     let sent = app.upstream.last_accepted().expect("a request");
