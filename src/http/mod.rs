@@ -31,7 +31,9 @@ async fn proxy(State(state): State<AppState>, request: Request) -> Response {
         .resolve(request.method(), uri.path(), uri.query(), request.headers());
     tracing::debug!(upstream = %route.upstream.name, endpoint = ?route.endpoint, "routed");
     match route.endpoint {
-        Endpoint::Chat => crate::pipeline::handle(&state, route, request).await,
+        Endpoint::Chat | Endpoint::Responses => {
+            crate::pipeline::handle(&state, route, request).await
+        }
         Endpoint::Passthrough => passthrough::forward(&state, route, request).await,
     }
 }

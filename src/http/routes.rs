@@ -3,7 +3,8 @@
 //! configuration: the request contributes its path and query, never a host.
 
 use crate::config::Settings;
-use crate::protocol::Protocol;
+use crate::protocol::responses::Responses;
+use crate::protocol::{Adapter, Protocol};
 use http::{HeaderMap, Method};
 use std::sync::Arc;
 
@@ -19,6 +20,9 @@ pub struct Upstream {
 pub enum Endpoint {
     /// Chat Completions / Messages: parsed, persisted, compacted when needed.
     Chat,
+    /// OpenAI Responses on an OpenAI-protocol upstream: handled like Chat,
+    /// by its own adapter.
+    Responses,
     /// Anything else, byte for byte.
     Passthrough,
 }
@@ -29,6 +33,17 @@ pub struct Route {
     pub endpoint: Endpoint,
     /// Full upstream URL, query string included.
     pub url: String,
+}
+
+impl Route {
+    /// The adapter for what this route handles: the Responses API, or the
+    /// upstream protocol's chat endpoint.
+    pub fn adapter(&self) -> &'static dyn Adapter {
+        match self.endpoint {
+            Endpoint::Responses => &Responses,
+            Endpoint::Chat | Endpoint::Passthrough => self.upstream.protocol.adapter(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -119,6 +134,10 @@ fn looks_like_anthropic(headers: &HeaderMap) -> bool {
 }
 
 fn endpoint(protocol: Protocol, method: &Method, path: &str) -> Endpoint {
+    // `…/responses/compact`, `…/responses/{id}` and friends pass through.
+    if protocol == Protocol::Openai && method == Method::POST && path.ends_with("/responses") {
+        return Endpoint::Responses;
+    }
     let chat = method == Method::POST
         && match protocol {
             Protocol::Openai => path.ends_with("/chat/completions"),
@@ -196,6 +215,26 @@ mod tests {
             resolve(Method::GET, "/v1/chat/completions", None).endpoint,
             Endpoint::Passthrough
         );
+    }
+
+    #[test]
+    fn responses_have_their_own_endpoint_and_its_sub_paths_pass_through() {
+        let route = resolve(Method::POST, "/v1/responses", None);
+        assert_eq!(route.endpoint, Endpoint::Responses);
+        assert_eq!(route.url, "https://api.openai.com/v1/responses");
+        assert_eq!(route.adapter().protocol(), Protocol::Openai);
+        for path in ["/v1/responses/compact", "/v1/responses/resp_1/cancel"] {
+            assert_eq!(
+                resolve(Method::POST, path, None).endpoint,
+                Endpoint::Passthrough
+            );
+        }
+        assert_eq!(
+            resolve(Method::GET, "/v1/responses/resp_1", None).endpoint,
+            Endpoint::Passthrough
+        );
+        let groq = resolve(Method::POST, "/groq/v1/responses", None);
+        assert_eq!(groq.endpoint, Endpoint::Responses);
     }
 
     #[test]

@@ -96,7 +96,7 @@ impl Exchange {
                 Err(error) => return self.finish(error.into_response_for(protocol)),
             };
             let (status, headers, body, signal) =
-                match inspect(response, &self.state.overflow).await {
+                match inspect(response, &self.state.overflow, self.adapter).await {
                     Inspected::Overflow {
                         status,
                         headers,

@@ -1,10 +1,13 @@
 //! Step 6, "detect overflow", before anything reaches the client: an error
 //! status is read whole (error bodies are small), and a 200 event stream is
-//! read up to its first chunk, because some servers put the overflow there.
-//! A healthy stream loses no time: its first chunk is what the client waits
-//! for anyway, and it is relayed as soon as it is read.
+//! read up to its first event, because some servers put the overflow there
+//! (and past the events that precede any output, where the Responses API
+//! puts its `response.failed`). A healthy stream loses no time: its first
+//! output event is what the client waits for anyway, and it is relayed as
+//! soon as it is read.
 
 use crate::overflow::{OverflowSignal, SignatureTable};
+use crate::protocol::Adapter;
 use bytes::Bytes;
 use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
@@ -12,6 +15,9 @@ use http::{HeaderMap, StatusCode};
 
 /// Error bodies larger than this are relayed without being inspected.
 const MAX_ERROR_BODY: usize = 1024 * 1024;
+
+/// Preamble events held back before a stream is relayed regardless.
+const MAX_OPENING: usize = 256 * 1024;
 
 pub enum Inspected {
     /// Relay as it is; `first_chunk` was already read off the body.
@@ -33,7 +39,11 @@ pub enum Inspected {
     },
 }
 
-pub async fn inspect(mut response: reqwest::Response, table: &SignatureTable) -> Inspected {
+pub async fn inspect(
+    mut response: reqwest::Response,
+    table: &SignatureTable,
+    adapter: &dyn Adapter,
+) -> Inspected {
     let status = response.status();
     if status.is_client_error() {
         let headers = response.headers().clone();
@@ -58,20 +68,19 @@ pub async fn inspect(mut response: reqwest::Response, table: &SignatureTable) ->
         };
     }
     if status == StatusCode::OK && is_event_stream(response.headers()) {
-        let first_chunk = response.chunk().await.ok().flatten();
-        if let Some(signal) = first_event_overflow(first_chunk.as_ref(), table).await {
+        let (held, signal) = read_opening(&mut response, table, adapter).await;
+        if let Some(signal) = signal {
             let headers = response.headers().clone();
-            let body = first_chunk.unwrap_or_default();
             return Inspected::Overflow {
                 status,
                 headers,
-                body,
+                body: held,
                 signal,
             };
         }
         return Inspected::Relay {
             response,
-            first_chunk,
+            first_chunk: Some(held).filter(|held| !held.is_empty()),
         };
     }
     Inspected::Relay {
@@ -98,17 +107,135 @@ pub(super) fn is_event_stream(headers: &HeaderMap) -> bool {
         .is_some_and(|value| value.starts_with("text/event-stream"))
 }
 
-async fn first_event_overflow(
-    chunk: Option<&Bytes>,
+/// Reads a 200 stream up to its first event that is not preamble (see
+/// [`Adapter::is_stream_preamble`]): the bytes read, and the overflow one of
+/// those events reports. A healthy stream's first real event is what the
+/// client waits for anyway, so holding the preamble until then costs it
+/// nothing.
+async fn read_opening(
+    response: &mut reqwest::Response,
     table: &SignatureTable,
-) -> Option<OverflowSignal> {
-    let chunk = chunk?;
-    // Cheap pre-check: healthy first events never mention an error.
-    if !chunk.windows(5).any(|window| window == b"error") {
-        return None;
+    adapter: &dyn Adapter,
+) -> (Bytes, Option<OverflowSignal>) {
+    let mut held = Vec::new();
+    let (mut judged, mut in_preamble) = (0, false);
+    while let Ok(Some(chunk)) = response.chunk().await {
+        held.extend_from_slice(&chunk);
+        let complete = complete_events_end(&held);
+        let mut events = futures_util::stream::iter([Ok::<_, std::io::Error>(
+            Bytes::copy_from_slice(&held[judged..complete]),
+        )])
+        .eventsource();
+        judged = complete;
+        while let Some(Ok(event)) = events.next().await {
+            if let Some(signal) = table.detect_stream_event(&event.data) {
+                return (held.into(), Some(signal));
+            }
+            if !adapter.is_stream_preamble(&event.data) {
+                return (held.into(), None);
+            }
+            in_preamble = true;
+        }
+        // Only a preamble or a partial first event is held for more: a
+        // first chunk of comments (a gateway's "processing" pings) goes to
+        // the client at once.
+        if (complete > 0 && !in_preamble) || held.len() > MAX_OPENING {
+            break;
+        }
     }
-    let mut events =
-        futures_util::stream::iter([Ok::<_, std::io::Error>(chunk.clone())]).eventsource();
-    let event = events.next().await?.ok()?;
-    table.detect_stream_event(&event.data)
+    (held.into(), None)
+}
+
+/// The end of the last complete event (blank line) in `bytes`.
+fn complete_events_end(bytes: &[u8]) -> usize {
+    let ends = |sep: &[u8]| {
+        bytes
+            .windows(sep.len())
+            .rposition(|w| w == sep)
+            .map_or(0, |i| i + sep.len())
+    };
+    ends(b"\n\n").max(ends(b"\r\n\r\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::responses::Responses;
+    use crate::protocol::Protocol;
+
+    fn stream(events: &[&str]) -> reqwest::Response {
+        let chunks: Vec<Result<Bytes, std::io::Error>> = events
+            .iter()
+            .map(|event| Ok(Bytes::from(event.to_string())))
+            .collect();
+        let body = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
+        let response = http::Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(body)
+            .expect("a response");
+        reqwest::Response::from(response)
+    }
+
+    const CREATED: &str = "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"error\":null}}\n\n";
+    const IN_PROGRESS: &str = "event: response.in_progress\ndata: {\"type\":\"response.in_progress\",\"response\":{\"error\":null}}\n\n";
+
+    #[tokio::test]
+    async fn a_responses_stream_failing_after_its_preamble_is_an_overflow() {
+        let error = r#"{"code":"context_length_exceeded","message":"Your input exceeds the context window of this model. Please adjust your input and try again."}"#;
+        let failed = format!("event: response.failed\ndata: {{\"type\":\"response.failed\",\"response\":{{\"status\":\"failed\",\"error\":{error}}}}}\n\n");
+        // OpenAI's own streaming path reports it as an `error` event.
+        let errored = format!("event: error\ndata: {{\"type\":\"error\",\"sequence_number\":2,\"error\":{error}}}\n\n");
+        for last in [failed, errored] {
+            let response = stream(&[CREATED, IN_PROGRESS, &last]);
+            let inspected = inspect(response, &SignatureTable::builtin(), &Responses).await;
+            let Inspected::Overflow { body, .. } = inspected else {
+                panic!("not recognized: {last}");
+            };
+            assert!(body.ends_with(last.as_bytes()), "the whole opening is kept");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_healthy_stream_is_relayed_from_its_first_output_event() {
+        let output = "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\"}\n\n";
+        let rest = "event: response.completed\ndata: {\"type\":\"response.completed\"}\n\n";
+        // An event may arrive in pieces.
+        let response = stream(&[&CREATED[..30], &CREATED[30..], IN_PROGRESS, output, rest]);
+        let Inspected::Relay {
+            mut response,
+            first_chunk,
+        } = inspect(response, &SignatureTable::builtin(), &Responses).await
+        else {
+            panic!("relayed");
+        };
+        let held = first_chunk.expect("the opening");
+        assert_eq!(held, format!("{CREATED}{IN_PROGRESS}{output}"));
+        let next = response.chunk().await.expect("reads").expect("a chunk");
+        assert_eq!(next, rest.as_bytes());
+    }
+
+    #[tokio::test]
+    async fn a_first_chunk_of_comments_is_relayed_at_once() {
+        let ping = ": OPENROUTER PROCESSING\n\n";
+        let response = stream(&[ping, CREATED]);
+        let inspected = inspect(response, &SignatureTable::builtin(), &Responses).await;
+        let Inspected::Relay { first_chunk, .. } = inspected else {
+            panic!("relayed");
+        };
+        assert_eq!(first_chunk.expect("the ping"), ping.as_bytes());
+    }
+
+    #[tokio::test]
+    async fn chat_streams_are_judged_on_their_first_event_only() {
+        let first = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
+        let later =
+            "data: {\"error\":{\"message\":\"prompt is too long: 9 tokens > 1 maximum\"}}\n\n";
+        let response = stream(&[first, later]);
+        let adapter = Protocol::Openai.adapter();
+        let inspected = inspect(response, &SignatureTable::builtin(), adapter).await;
+        let Inspected::Relay { first_chunk, .. } = inspected else {
+            panic!("a later event is the client's to see");
+        };
+        assert_eq!(first_chunk.expect("first"), first.as_bytes());
+    }
 }

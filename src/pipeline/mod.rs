@@ -32,7 +32,7 @@ pub async fn handle(state: &AppState, route: Route, request: Request) -> Respons
         Ok(body) => body,
         Err(error) => return error.into_response_for(protocol),
     };
-    let adapter = protocol.adapter();
+    let adapter = route.adapter();
     // Invariant 9: what Condenser cannot parse goes upstream unchanged.
     let Some(chat) = adapter.parse(&body) else {
         let outgoing = headers::request_headers(&parts.headers);
@@ -54,7 +54,13 @@ pub async fn handle(state: &AppState, route: Route, request: Request) -> Respons
     let salt = state.settings.storage.tenant_salt.as_bytes();
     let conversation = identify::conversation(adapter, salt, &parts.headers, &chat);
     let chat = std::sync::Arc::new(chat);
-    let persisted = persist::spawn(&state.background, &state.storage, &conversation, &chat);
+    let persisted = persist::spawn(
+        &state.background,
+        &state.storage,
+        adapter,
+        &conversation,
+        &chat,
+    );
     let stream = chat.stream;
     let exchange = Exchange::new(
         state.clone(),

@@ -2,10 +2,8 @@
 //! beside the upstream call, and only a compaction waits for it.
 
 use crate::conversation::Conversation;
-use crate::protocol::ChatRequest;
-use crate::store::NewMessage;
-use crate::store::Storage;
-use serde_json::Value;
+use crate::protocol::{Adapter, ChatRequest};
+use crate::store::{NewMessage, Storage};
 use std::sync::Arc;
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
@@ -16,6 +14,7 @@ use tracing::Instrument;
 pub fn spawn(
     background: &TaskTracker,
     storage: &Storage,
+    adapter: &'static dyn Adapter,
     conversation: &Conversation,
     request: &Arc<ChatRequest>,
 ) -> JoinHandle<bool> {
@@ -37,7 +36,7 @@ pub fn spawn(
             if stored >= conversation.chain.len() {
                 return true;
             }
-            let new = &rows_from(&conversation, &request, stored);
+            let new = &rows_from(adapter, &conversation, &request, stored);
             let label = conversation.label.as_deref();
             let written = storage
                 .run("insert_messages", |s| async move {
@@ -55,12 +54,14 @@ pub fn spawn(
 
 /// One row per chain link from `first` on: the system part is position 0,
 /// message `i` position `i`. Only what is new is serialized.
-fn rows_from(conversation: &Conversation, request: &ChatRequest, first: usize) -> Vec<NewMessage> {
+fn rows_from(
+    adapter: &dyn Adapter,
+    conversation: &Conversation,
+    request: &ChatRequest,
+    first: usize,
+) -> Vec<NewMessage> {
     let system = std::iter::once(("system", &request.system));
-    let messages = request
-        .messages
-        .iter()
-        .map(|m| (m.get("role").and_then(Value::as_str).unwrap_or(""), m));
+    let messages = request.messages.iter().map(|m| (adapter.role(m), m));
     system
         .chain(messages)
         .enumerate()

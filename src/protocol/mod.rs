@@ -5,6 +5,7 @@
 pub mod anthropic;
 pub mod openai;
 mod request;
+pub mod responses;
 
 use serde_json::Value;
 
@@ -58,6 +59,16 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// The counts named `input` and `output` of a `usage` object; the
+    /// input count is required.
+    fn read(usage: &Value, input: &str, output: &str) -> Option<Usage> {
+        let count = |key: &str| usage.get(key).and_then(Value::as_u64);
+        Some(Usage {
+            input_tokens: count(input)?,
+            output_tokens: count(output).unwrap_or(0),
+        })
+    }
+
     /// Streams report usage in parts (Anthropic's input in `message_start`,
     /// output in `message_delta`); later counts only grow.
     pub fn merged(self, later: Usage) -> Usage {
@@ -126,6 +137,14 @@ pub trait Adapter: Send + Sync {
     /// message_delta / response.completed).
     fn stream_usage(&self, _event: &Value) -> Option<Usage> {
         None
+    }
+
+    /// Whether a 200 stream's event (its `data`) is one the API sends
+    /// before any output, after which it may still fail with an overflow
+    /// (Responses' `response.created`). Condenser holds such events back
+    /// until it has seen the first one that is not.
+    fn is_stream_preamble(&self, _data: &str) -> bool {
+        false
     }
 }
 

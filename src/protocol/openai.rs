@@ -145,12 +145,7 @@ impl Adapter for OpenAi {
     }
 
     fn usage(&self, response: &Value) -> Option<Usage> {
-        let usage = response.get("usage")?;
-        let count = |key: &str| usage.get(key).and_then(Value::as_u64);
-        Some(Usage {
-            input_tokens: count("prompt_tokens")?,
-            output_tokens: count("completion_tokens").unwrap_or(0),
-        })
+        Usage::read(response.get("usage")?, "prompt_tokens", "completion_tokens")
     }
 
     /// The final chunk of a stream asked for with `include_usage` has the

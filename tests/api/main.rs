@@ -2,6 +2,7 @@
 //! stage of the request, as in DESIGN.md.
 
 mod anthropic;
+mod codex;
 mod compaction;
 mod disconnects;
 mod failures;
@@ -11,6 +12,7 @@ mod helpers;
 mod persistence;
 mod process;
 mod realllm;
+mod responses;
 mod sdk;
 mod sizing;
 mod store;

@@ -2,7 +2,10 @@
 //! `scripts/test` prepares the virtualenv and sets `CONDENSER_TEST_PYTHON`.
 
 use crate::helpers::app::{spawn_app_with, Options, TestApp, ANTHROPIC_KEY, OPENAI_KEY};
+use crate::helpers::db::{both_backends, TestBackend};
+use fake_upstream::FakeConfig;
 use serde_json::json;
+use std::time::Duration;
 
 fn python() -> String {
     std::env::var("CONDENSER_TEST_PYTHON")
@@ -43,4 +46,34 @@ async fn the_openai_sdk_works_through_a_compaction() {
 async fn the_anthropic_sdk_works_through_a_compaction() {
     let app = spawn_app_with(small_window("claude-sonnet-4-5")).await;
     run_script(&app, "anthropic_sdk.py", ANTHROPIC_KEY, "claude-sonnet-4-5").await;
+}
+
+both_backends!(the_openai_sdk_runs_a_responses_agent_through_compactions);
+
+/// Summaries slower than the keep-alive interval, so streamed requests that
+/// compact get their headers early and keep-alive comments first.
+async fn the_openai_sdk_runs_a_responses_agent_through_compactions(backend: TestBackend) {
+    let fake = FakeConfig {
+        summary_delay: Duration::from_millis(900),
+        summary_marker: Some(condenser::protocol::SUMMARY_MARKER.into()),
+        ..FakeConfig::default()
+    };
+    let options = Options {
+        backend,
+        fake,
+        settings: json!({}),
+    }
+    .window("gpt-5-codex", 6_000)
+    .settings(json!({"compaction": {"summary_max_tokens": 300, "keepalive_interval": "300ms"}}));
+    let app = spawn_app_with(options).await;
+    run_script(&app, "openai_responses_sdk.py", OPENAI_KEY, "gpt-5-codex").await;
+    let summaries = app.upstream.summary_requests().len();
+    assert!(summaries >= 2, "{summaries} summaries");
+    for request in app.upstream.requests() {
+        let body = String::from_utf8_lossy(&request.body);
+        assert!(
+            request.status == 200 || request.input_tokens.is_some(),
+            "refused for its shape: {body}"
+        );
+    }
 }

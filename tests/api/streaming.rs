@@ -37,6 +37,7 @@ pub fn overflowing(dialect: Dialect, model: &str) -> Agent {
         agent.messages.push(match dialect {
             Dialect::OpenAi => json!({"role": "assistant", "content": format!("noted {i}")}),
             Dialect::Anthropic => json!({"role": "assistant", "content": [{"type": "text", "text": format!("noted {i}")}]}),
+            Dialect::Responses => crate::helpers::responses::assistant_item(&format!("noted {i}")),
         });
     }
     agent.say("And now?");
@@ -60,6 +61,10 @@ async fn stream_through(
             .post(app.url("/v1/messages"))
             .header("x-api-key", crate::helpers::app::ANTHROPIC_KEY)
             .header("anthropic-version", "2023-06-01"),
+        Dialect::Responses => app
+            .client
+            .post(app.url("/v1/responses"))
+            .bearer_auth(crate::helpers::app::OPENAI_KEY),
     };
     let sent = std::time::Instant::now();
     let mut response = builder.json(&request).send().await.expect("answers");
@@ -120,6 +125,18 @@ async fn a_streaming_anthropic_client_gets_keepalives_then_a_complete_stream() {
     assert_eq!(&chunks[0][..], KEEPALIVE_COMMENT);
     assert!(all.contains("event: message_start"));
     assert!(all.contains("event: message_stop"), "{all}");
+}
+
+/// Responses clients (Codex, the SDKs) read SSE comments as nothing, then
+/// the retried response's events, never the overflow's `response.failed`.
+#[tokio::test]
+async fn a_streaming_responses_client_gets_keepalives_then_a_complete_stream() {
+    let app = slow_summaries("gpt-5-codex").await;
+    let (chunks, all) = stream_through(&app, Dialect::Responses, "gpt-5-codex").await;
+    assert_eq!(&chunks[0][..], KEEPALIVE_COMMENT);
+    assert!(all.contains("event: response.created"));
+    assert!(all.contains("event: response.completed"), "{all}");
+    assert!(!all.contains("response.failed"), "{all}");
 }
 
 /// Some servers (SGLang, some vLLM deployments) answer 200 and put the

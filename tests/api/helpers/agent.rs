@@ -1,15 +1,19 @@
 //! A scripted tool-using agent: each turn is a user message that asks for
 //! tools, then several tool rounds, then the model's final answer, with the
 //! whole history resent on every request as real clients do. It speaks
-//! either protocol.
+//! Chat Completions, Messages or Responses.
 
 use super::app::TestApp;
+use super::responses;
 use serde_json::{json, Value};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
     OpenAi,
     Anthropic,
+    /// OpenAI Responses: `messages` holds the input items after the
+    /// opening developer item.
+    Responses,
 }
 
 pub struct Agent {
@@ -60,6 +64,7 @@ impl Agent {
                 "tools": [{"name": "read_file", "description": "Read a file",
                     "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]})
             }
+            Dialect::Responses => responses::request(&self.model, &self.system, &self.messages),
         };
         for (key, value) in self.extra.as_object().into_iter().flatten() {
             request[key] = value.clone();
@@ -73,6 +78,7 @@ impl Agent {
         let response = match self.dialect {
             Dialect::OpenAi => app.post_chat(&request).await,
             Dialect::Anthropic => app.post_messages(&request).await,
+            Dialect::Responses => app.post_responses(&request).await,
         };
         let status = response.status().as_u16();
         let header = |name: &str| {
@@ -83,12 +89,20 @@ impl Agent {
         };
         let compactions = header("x-condenser-compactions").unwrap_or(0) as u32;
         let compacted_messages = header("x-condenser-compacted-messages");
-        let body: Value = response.json().await.expect("json body");
+        let body = match self.dialect {
+            Dialect::Responses => responses::read(response, request["stream"] == true).await,
+            _ => response.json().await.expect("json body"),
+        };
         if status == 200 {
-            self.messages.push(match self.dialect {
-                Dialect::OpenAi => body["choices"][0]["message"].clone(),
-                Dialect::Anthropic => json!({"role": "assistant", "content": body["content"]}),
-            });
+            match self.dialect {
+                Dialect::OpenAi => self.messages.push(body["choices"][0]["message"].clone()),
+                Dialect::Anthropic => self
+                    .messages
+                    .push(json!({"role": "assistant", "content": body["content"]})),
+                Dialect::Responses => self
+                    .messages
+                    .extend(body["output"].as_array().into_iter().flatten().cloned()),
+            }
         }
         Step {
             status,
@@ -99,10 +113,14 @@ impl Agent {
     }
 
     pub fn say(&mut self, text: &str) {
-        self.messages.push(json!({"role": "user", "content": text}));
+        self.messages.push(match self.dialect {
+            Dialect::Responses => responses::user_item(text),
+            _ => json!({"role": "user", "content": text}),
+        });
     }
 
-    /// Tool call ids of the last assistant message.
+    /// Tool call ids of the last assistant message (on Responses, of the
+    /// function calls no output answers yet).
     fn pending_calls(&self) -> Vec<String> {
         let Some(last) = self.messages.last() else {
             return Vec::new();
@@ -116,6 +134,7 @@ impl Agent {
                 .filter(|b| b["type"] == "tool_use")
                 .cloned()
                 .collect(),
+            Dialect::Responses => return responses::pending_calls(&self.messages),
         };
         ids.iter()
             .filter_map(|call| call["id"].as_str().map(String::from))
@@ -138,6 +157,13 @@ impl Agent {
                     .collect();
                 self.messages
                     .push(json!({"role": "user", "content": results}));
+            }
+            Dialect::Responses => {
+                for id in calls {
+                    self.messages.push(
+                        json!({"type": "function_call_output", "call_id": id, "output": content}),
+                    );
+                }
             }
         }
     }

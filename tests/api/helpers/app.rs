@@ -118,6 +118,17 @@ impl TestApp {
             .expect("proxy answers")
     }
 
+    /// `POST /v1/responses` as the OpenAI SDK and Codex send it.
+    pub async fn post_responses(&self, body: &Value) -> reqwest::Response {
+        self.client
+            .post(self.url("/v1/responses"))
+            .bearer_auth(OPENAI_KEY)
+            .json(body)
+            .send()
+            .await
+            .expect("proxy answers")
+    }
+
     /// `POST /v1/messages` as the Anthropic SDK sends it.
     pub async fn post_messages(&self, body: &Value) -> reqwest::Response {
         self.client

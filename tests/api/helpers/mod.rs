@@ -8,4 +8,5 @@ pub mod fixtures;
 pub mod fleet;
 pub mod process;
 pub mod recorder;
+pub mod responses;
 pub mod tcp_relay;

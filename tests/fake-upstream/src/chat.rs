@@ -18,6 +18,10 @@ pub async fn anthropic(AxumState(state): AxumState<Arc<State>>, request: Request
     handle(state, Protocol::Anthropic, request).await
 }
 
+pub async fn responses(AxumState(state): AxumState<Arc<State>>, request: Request) -> Response {
+    handle(state, Protocol::Responses, request).await
+}
+
 async fn handle(state: Arc<State>, protocol: Protocol, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let body = axum::body::to_bytes(body, 512 * 1024 * 1024)
@@ -80,13 +84,6 @@ async fn respond(
         .get(model)
         .copied()
         .unwrap_or(config.default_context_window);
-    if let Some(message) = overflow(protocol, &request, tokens, window) {
-        return overflow_error(protocol, &message);
-    }
-    if record.kind == RequestKind::Summary {
-        state.summary_delay(config.summary_delay).await;
-    }
-    tokio::time::sleep(config.first_byte_delay).await;
     let reply = Reply::new(
         protocol,
         &request,
@@ -95,10 +92,25 @@ async fn respond(
         record.kind,
         tokens,
     );
+    if let Some(message) = overflow(protocol, &request, tokens, window) {
+        if protocol == Protocol::Responses && request["stream"] == true {
+            let events = crate::responses_sse::overflow(&request, &reply);
+            return sse::respond(events, config.chunk_delay);
+        }
+        return overflow_error(protocol, &message);
+    }
+    if record.kind == RequestKind::Summary {
+        state.summary_delay(config.summary_delay).await;
+    }
+    tokio::time::sleep(config.first_byte_delay).await;
     if request["stream"] == true {
         sse::stream(protocol, &request, reply, &config)
     } else {
-        axum::Json(reply.to_json(protocol)).into_response()
+        let body = match protocol {
+            Protocol::Responses => crate::responses::to_json(&request, &reply),
+            _ => reply.to_json(protocol),
+        };
+        axum::Json(body).into_response()
     }
 }
 
@@ -117,6 +129,13 @@ fn classify(marker: Option<&str>, protocol: Protocol, request: &Value) -> Reques
             request["system"],
             request["messages"].get(0).unwrap_or(&Value::Null)
         ),
+        Protocol::Responses => format!(
+            "{}{}",
+            request["instructions"],
+            crate::responses::items(request)
+                .first()
+                .unwrap_or(&Value::Null)
+        ),
     };
     if prompt.contains(&token) {
         RequestKind::Summary
@@ -127,7 +146,7 @@ fn classify(marker: Option<&str>, protocol: Protocol, request: &Value) -> Reques
 
 /// The real APIs' overflow messages, input first, then input + output.
 fn overflow(protocol: Protocol, request: &Value, tokens: u64, window: u64) -> Option<String> {
-    let output = ["max_completion_tokens", "max_tokens"]
+    let output = ["max_completion_tokens", "max_tokens", "max_output_tokens"]
         .iter()
         .find_map(|k| request[*k].as_u64())
         .unwrap_or(0);
@@ -139,6 +158,9 @@ fn overflow(protocol: Protocol, request: &Value, tokens: u64, window: u64) -> Op
             "This model's maximum context length is {window} tokens. However, you requested {} tokens ({tokens} in the messages, {output} in the completion). Please reduce the length of the messages or completion.",
             tokens + output
         )),
+        Protocol::Responses if tokens + output > window => {
+            Some(crate::responses::OVERFLOW.to_string())
+        }
         Protocol::Anthropic if tokens > window => Some(format!("prompt is too long: {tokens} tokens > {window} maximum")),
         Protocol::Anthropic if tokens + output > window => Some(format!(
             "input length and `max_tokens` exceed context limit: {tokens} + {output} > {window}, decrease input length or `max_tokens` and try again"
@@ -154,6 +176,10 @@ fn overflow_error(protocol: Protocol, message: &str) -> Response {
             (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
         }
         Protocol::Anthropic => error(protocol, StatusCode::BAD_REQUEST, message),
+        Protocol::Responses => {
+            let body = crate::responses::overflow_body();
+            (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
+        }
     }
 }
 
@@ -162,6 +188,9 @@ pub fn error(protocol: Protocol, status: StatusCode, message: &str) -> Response 
     let body = match protocol {
         Protocol::OpenAi => {
             json!({"error": {"message": message, "type": "invalid_request_error", "param": null, "code": null}})
+        }
+        Protocol::Responses => {
+            json!({"error": {"message": message, "type": "invalid_request_error", "param": "input", "code": null}})
         }
         Protocol::Anthropic => {
             let kind = if status == StatusCode::UNAUTHORIZED {
@@ -176,8 +205,8 @@ pub fn error(protocol: Protocol, status: StatusCode, message: &str) -> Response 
 }
 
 fn malformed(protocol: Protocol) -> Response {
-    let message = match protocol {
-        Protocol::OpenAi => "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON. If you have trouble figuring out how to fix this, please contact us through our help center at help.openai.com.)",
+    let message = match protocol.errors() {
+        Protocol::OpenAi | Protocol::Responses => "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON. If you have trouble figuring out how to fix this, please contact us through our help center at help.openai.com.)",
         Protocol::Anthropic => "There was an issue with your request body: invalid JSON",
     };
     error(protocol, StatusCode::BAD_REQUEST, message)

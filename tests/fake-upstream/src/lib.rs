@@ -1,5 +1,5 @@
-//! A scripted, strict stand-in for the OpenAI Chat Completions and Anthropic
-//! Messages APIs. It answers with the real APIs' shapes, SSE framing and
+//! A scripted, strict stand-in for the OpenAI Chat Completions, OpenAI
+//! Responses and Anthropic Messages APIs. It answers with the real APIs' shapes, SSE framing and
 //! error bodies, counts tokens deterministically (`ceil(bytes / 4)` of the
 //! prompt JSON plus 3 per message), refuses what the real APIs refuse (broken
 //! tool pairs, altered thinking signatures, missing auth) and also checks
@@ -10,6 +10,8 @@ mod chat;
 mod config;
 mod extras;
 mod replies;
+mod responses;
+mod responses_sse;
 mod sse;
 mod state;
 mod validate;
@@ -69,6 +71,15 @@ impl FakeUpstream {
             .collect()
     }
 
+    /// The last chat request answered with 200 (for a stream, that may
+    /// still be one that failed in-band).
+    pub fn last_accepted(&self) -> Option<RecordedRequest> {
+        self.chat_requests()
+            .into_iter()
+            .rev()
+            .find(|r| r.status == 200)
+    }
+
     pub fn summary_requests(&self) -> Vec<RecordedRequest> {
         self.requests()
             .into_iter()
@@ -98,6 +109,7 @@ fn router(state: Arc<state::State>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::openai))
         .route("/v1/messages", post(chat::anthropic))
+        .route("/v1/responses", post(chat::responses))
         .route("/v1/messages/count_tokens", post(extras::count_tokens))
         .route("/v1/models", get(extras::models))
         .route("/v1/embeddings", post(extras::embeddings))

@@ -37,6 +37,9 @@ pub struct Reply {
 /// JSON bytes, plus a little per message.
 pub fn count_tokens(protocol: Protocol, request: &Value) -> u64 {
     let mut bytes = request["messages"].to_string().len() + request["tools"].to_string().len();
+    if protocol == Protocol::Responses {
+        return crate::responses::count_tokens(request);
+    }
     if protocol == Protocol::Anthropic {
         bytes += request["system"].to_string().len();
     }
@@ -60,7 +63,7 @@ impl Reply {
     ) -> Self {
         let digest = hex::encode(Sha256::digest(body));
         let model = request["model"].as_str().unwrap_or_default().to_string();
-        let max_tokens = ["max_completion_tokens", "max_tokens"]
+        let max_tokens = ["max_completion_tokens", "max_tokens", "max_output_tokens"]
             .iter()
             .find_map(|k| request[*k].as_u64());
         let text = match kind {
@@ -92,6 +95,7 @@ impl Reply {
         let id = match protocol {
             Protocol::OpenAi => format!("chatcmpl-{}", &digest[..29]),
             Protocol::Anthropic => format!("msg_{}", &digest[..24]),
+            Protocol::Responses => format!("resp_{}", &digest[..32]),
         };
         let output_tokens = (text.len() as u64).div_ceil(4) + 10 * tool_calls.len() as u64;
         Reply {
@@ -107,7 +111,7 @@ impl Reply {
 
     pub fn to_json(&self, protocol: Protocol) -> Value {
         match protocol {
-            Protocol::OpenAi => self.openai_json(),
+            Protocol::OpenAi | Protocol::Responses => self.openai_json(),
             Protocol::Anthropic => self.anthropic_json(),
         }
     }
@@ -205,17 +209,20 @@ impl Reply {
 /// them (`[tools]` from the user, `[more]` in a tool result).
 fn wants_tools(request: &Value) -> bool {
     let offered = request["tools"].as_array().is_some_and(|t| !t.is_empty());
-    let last = request["messages"]
-        .as_array()
-        .and_then(|m| m.last())
-        .map(Value::to_string)
-        .unwrap_or_default();
+    let last = match request.get("input") {
+        Some(_) => crate::responses::last_item_text(request),
+        None => request["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .map(Value::to_string)
+            .unwrap_or_default(),
+    };
     offered && (last.contains("[tools]") || last.contains("[more]"))
 }
 
 fn tool_call(protocol: Protocol, digest: &str) -> ToolCall {
     let id = match protocol {
-        Protocol::OpenAi => format!("call_{}", &digest[..24]),
+        Protocol::OpenAi | Protocol::Responses => format!("call_{}", &digest[..24]),
         Protocol::Anthropic => format!("toolu_{}", &digest[..24]),
     };
     ToolCall {
@@ -226,7 +233,10 @@ fn tool_call(protocol: Protocol, digest: &str) -> ToolCall {
 }
 
 fn answer_text(request: &Value, input_tokens: u64) -> String {
-    let messages = request["messages"].as_array().map_or(0, Vec::len);
+    let messages = match request.get("input") {
+        Some(_) => crate::responses::items(request).len(),
+        None => request["messages"].as_array().map_or(0, Vec::len),
+    };
     format!("I have read all {messages} messages ({input_tokens} tokens) and here is my answer.")
 }
 

@@ -17,6 +17,7 @@ pub fn stream(protocol: Protocol, request: &Value, reply: Reply, config: &FakeCo
     let events = match protocol {
         Protocol::OpenAi => openai_events(request, &reply, &chunks),
         Protocol::Anthropic => anthropic_events(&reply, &chunks),
+        Protocol::Responses => crate::responses_sse::events(request, &reply, config.stream_chunks),
     };
     respond(events, config.chunk_delay)
 }
@@ -34,7 +35,7 @@ pub fn single_event(data: &str) -> Response {
     respond(vec![Bytes::from(event)], Duration::ZERO)
 }
 
-fn respond(events: Vec<Bytes>, delay: Duration) -> Response {
+pub fn respond(events: Vec<Bytes>, delay: Duration) -> Response {
     let paced = futures_util::stream::iter(events.into_iter().enumerate()).then(
         move |(index, event)| async move {
             if index > 0 && !delay.is_zero() {
@@ -51,7 +52,7 @@ fn respond(events: Vec<Bytes>, delay: Duration) -> Response {
 }
 
 /// `count` pieces of roughly equal length, on character boundaries.
-fn split(text: &str, count: usize) -> Vec<String> {
+pub fn split(text: &str, count: usize) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     let size = chars.len().div_ceil(count.max(1)).max(1);
     chars.chunks(size).map(|c| c.iter().collect()).collect()

@@ -17,6 +17,18 @@ pub enum RequestKind {
 pub enum Protocol {
     OpenAi,
     Anthropic,
+    /// OpenAI Responses: OpenAI's credentials and error shapes.
+    Responses,
+}
+
+impl Protocol {
+    /// The dialect of credentials and error bodies.
+    pub fn errors(self) -> Protocol {
+        match self {
+            Self::Responses => Self::OpenAi,
+            other => other,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

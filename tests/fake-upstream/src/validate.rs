@@ -22,8 +22,9 @@ pub fn credential(protocol: Protocol, headers: &HeaderMap) -> Result<String, Res
     };
     let bearer =
         header("authorization").and_then(|v| v.strip_prefix("Bearer ").map(str::to_string));
+    let protocol = protocol.errors();
     let key = match protocol {
-        Protocol::OpenAi => bearer,
+        Protocol::OpenAi | Protocol::Responses => bearer,
         Protocol::Anthropic => header("x-api-key").or(bearer),
     };
     let unauthorized =
@@ -35,6 +36,7 @@ pub fn credential(protocol: Protocol, headers: &HeaderMap) -> Result<String, Res
         (Protocol::Anthropic, Some(key)) if key == "sk-invalid" => {
             Err(unauthorized("invalid x-api-key"))
         }
+        (Protocol::Responses, None) => Err(unauthorized(NO_OPENAI_KEY)),
         (_, Some(key)) => Ok(key),
     }
 }
@@ -52,19 +54,26 @@ pub fn request(
     config: &FakeConfig,
     kind: RequestKind,
 ) -> Result<(), String> {
+    if protocol == Protocol::Responses {
+        no_credential(body, key)?;
+        crate::responses::validate(request)?;
+        let items = crate::responses::items(request);
+        return match (&config.summary_marker, kind) {
+            (Some(marker), RequestKind::Chat) => {
+                summary_placement(protocol, request, &items, marker)
+            }
+            _ => Ok(()),
+        };
+    }
     let messages = request["messages"]
         .as_array()
         .ok_or("messages: Field required")?;
     if protocol == Protocol::Anthropic && request["max_tokens"].as_u64().is_none() {
         return Err("max_tokens: Field required".into());
     }
-    if String::from_utf8_lossy(body).contains(key) {
-        return Err(
-            "fake-upstream invariant: the caller's credential appears in the request body".into(),
-        );
-    }
+    no_credential(body, key)?;
     match protocol {
-        Protocol::OpenAi => openai_tool_pairs(messages)?,
+        Protocol::OpenAi | Protocol::Responses => openai_tool_pairs(messages)?,
         Protocol::Anthropic => {
             anthropic_tool_pairs(messages)?;
             thinking_signatures(messages)?;
@@ -74,6 +83,15 @@ pub fn request(
         (Some(marker), RequestKind::Chat) => summary_placement(protocol, request, messages, marker),
         _ => Ok(()),
     }
+}
+
+fn no_credential(body: &[u8], key: &str) -> Result<(), String> {
+    if String::from_utf8_lossy(body).contains(key) {
+        return Err(
+            "fake-upstream invariant: the caller's credential appears in the request body".into(),
+        );
+    }
+    Ok(())
 }
 
 fn openai_tool_pairs(messages: &[Value]) -> Result<(), String> {
@@ -197,7 +215,7 @@ fn summary_placement(
 ) -> Result<(), String> {
     let fail = |why: &str| Err(format!("fake-upstream invariant: {why}"));
     let system_len = match protocol {
-        Protocol::OpenAi => messages
+        Protocol::OpenAi | Protocol::Responses => messages
             .iter()
             .take_while(|m| m["role"] == "system" || m["role"] == "developer")
             .count(),
@@ -207,6 +225,12 @@ fn summary_placement(
         Protocol::OpenAi => messages[..system_len]
             .iter()
             .any(|m| m.to_string().contains(marker)),
+        Protocol::Responses => {
+            request["instructions"].to_string().contains(marker)
+                || messages[..system_len]
+                    .iter()
+                    .any(|m| m.to_string().contains(marker))
+        }
         Protocol::Anthropic => request["system"].to_string().contains(marker),
     };
     if in_system {

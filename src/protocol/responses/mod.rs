@@ -1,0 +1,196 @@
+//! OpenAI Responses (`POST /v1/responses`), the API Codex CLI and the
+//! Agents SDK speak.
+//!
+//! `instructions` and the `system`/`developer` items that open `input` are
+//! the system part; the rest of `input` is grouped into units (see
+//! [`units`]) that are stored, hashed and cut between like messages.
+//! Requests that keep their history at the provider (`previous_response_id`,
+//! `conversation`) are not parsed: Condenser cannot rewrite what it does not
+//! see, so they go upstream byte for byte.
+
+mod text;
+mod units;
+
+use super::openai::summary_text;
+use super::{Adapter, ChatRequest, Protocol, ToolLinks, Trimmed, Usage};
+use serde_json::{json, Map, Value};
+
+pub struct Responses;
+
+/// Roles that make up the system part when they open `input`.
+const SYSTEM_ROLES: &[&str] = &["system", "developer"];
+
+/// Fields that hold the conversation at the provider.
+const STATEFUL: &[&str] = &["previous_response_id", "conversation"];
+
+/// Stream events that come before any output: held back while Condenser
+/// waits to see whether the stream fails with an overflow.
+const PREAMBLE_EVENTS: &[&str] = &[
+    "response.created",
+    "response.in_progress",
+    "response.queued",
+];
+
+impl Adapter for Responses {
+    fn protocol(&self) -> Protocol {
+        Protocol::Openai
+    }
+
+    fn parse(&self, body: &[u8]) -> Option<ChatRequest> {
+        let mut body: Map<String, Value> = serde_json::from_slice(body).ok()?;
+        if STATEFUL
+            .iter()
+            .any(|key| body.get(*key).is_some_and(|v| !v.is_null()))
+        {
+            return None;
+        }
+        // Moved out, not copied: `build` puts them back in the same place.
+        let mut input = match body.get_mut("input")?.take() {
+            Value::Array(items) => items,
+            Value::String(text) => vec![json!({"role": "user", "content": text})],
+            _ => return None,
+        };
+        let leading = input.iter().take_while(|item| is_system_item(item)).count();
+        let rest = input.split_off(leading);
+        let instructions = body.get("instructions").cloned().unwrap_or(Value::Null);
+        let system = json!({"instructions": instructions, "input": input});
+        ChatRequest::from_body(body, system, units::group(rest))
+    }
+
+    fn build(&self, request: &ChatRequest, messages: &[Value]) -> Vec<u8> {
+        let mut input = request.system["input"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        input.extend(
+            messages
+                .iter()
+                .flat_map(|unit| units::items(unit).iter().cloned()),
+        );
+        let mut body = request.body.clone();
+        body.insert("input".into(), Value::Array(input));
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
+
+    fn canonical(&self, message: &Value) -> Vec<u8> {
+        text::canonical(message)
+    }
+
+    fn tool_links(&self, message: &Value) -> ToolLinks {
+        units::tool_links(message)
+    }
+
+    /// A unit's role is its last item's: reasoning leads into the
+    /// assistant's output.
+    fn role<'m>(&self, message: &'m Value) -> &'m str {
+        let last = units::items(message).last();
+        match last.map(units::item_type) {
+            Some("message") => last
+                .and_then(|item| item.get("role")?.as_str())
+                .unwrap_or(""),
+            Some(kind) if kind.ends_with("_call_output") => "tool",
+            Some(_) => "assistant",
+            None => "",
+        }
+    }
+
+    fn summary_message(&self, role: &str, summary: &str) -> Value {
+        json!({"type": "message", "role": role, "content": [{"type": "input_text", "text": summary_text(summary)}]})
+    }
+
+    fn summary_request(
+        &self,
+        model: &str,
+        instructions: &str,
+        transcript: &str,
+        max_tokens: u64,
+    ) -> Value {
+        json!({
+            "model": model,
+            "instructions": instructions,
+            "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": transcript}]}],
+            "max_output_tokens": max_tokens,
+            "store": false,
+            "stream": false,
+        })
+    }
+
+    fn response_text(&self, response: &Value) -> Option<String> {
+        let text: Vec<&str> = response
+            .get("output")?
+            .as_array()?
+            .iter()
+            .filter(|item| units::item_type(item) == "message")
+            .flat_map(|item| {
+                item.get("content")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+            })
+            .filter(|part| part.get("type").and_then(Value::as_str) == Some("output_text"))
+            .filter_map(|part| part.get("text")?.as_str())
+            .collect();
+        Some(text.join("")).filter(|text| !text.trim().is_empty())
+    }
+
+    fn transcript_entry(&self, message: &Value) -> String {
+        text::transcript(message)
+    }
+
+    fn trim_tool_result(&self, message: &Value, keep_bytes: usize) -> Option<Trimmed> {
+        let (message, original_bytes, kept_bytes) = text::trim_largest_output(message, keep_bytes)?;
+        Some(Trimmed {
+            message,
+            original_bytes,
+            kept_bytes,
+        })
+    }
+
+    fn max_output_tokens(&self, request: &ChatRequest) -> Option<u64> {
+        request.body.get("max_output_tokens")?.as_u64()
+    }
+
+    /// A `response.failed` event: what Codex and the SDKs read as a failed
+    /// response, with the upstream's own error inside.
+    fn stream_error_event(&self, error_body: &Value) -> String {
+        let error = error_body.get("error").unwrap_or(error_body);
+        let event = json!({
+            "type": "response.failed",
+            "sequence_number": 0,
+            "response": {
+                "id": "resp_condenser",
+                "object": "response",
+                "status": "failed",
+                "error": {"code": error.get("code").cloned().unwrap_or(Value::Null), "message": error.get("message").cloned().unwrap_or(Value::Null)},
+                "output": [],
+            },
+        });
+        format!("event: response.failed\ndata: {event}\n\n")
+    }
+
+    fn usage(&self, response: &Value) -> Option<Usage> {
+        Usage::read(response.get("usage")?, "input_tokens", "output_tokens")
+    }
+
+    /// `response.completed` (and `response.incomplete`) carry the whole
+    /// response, usage included.
+    fn stream_usage(&self, event: &Value) -> Option<Usage> {
+        self.usage(event.get("response")?)
+    }
+
+    fn is_stream_preamble(&self, data: &str) -> bool {
+        let Ok(event) = serde_json::from_str::<Value>(data) else {
+            return false;
+        };
+        let kind = event.get("type").and_then(Value::as_str).unwrap_or("");
+        PREAMBLE_EVENTS.contains(&kind)
+    }
+}
+
+fn is_system_item(item: &Value) -> bool {
+    let role = item.get("role").and_then(Value::as_str).unwrap_or("");
+    units::item_type(item) == "message" && SYSTEM_ROLES.contains(&role)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,143 @@
+use super::*;
+
+fn parse(body: Value) -> ChatRequest {
+    Responses
+        .parse(body.to_string().as_bytes())
+        .expect("parses")
+}
+
+#[test]
+fn instructions_and_leading_developer_items_are_the_system_part() {
+    let body = json!({"model": "m", "instructions": "be brief", "input": [
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "sandbox"}]},
+        {"role": "user", "content": "hi"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAA"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "42"}
+    ], "store": false, "include": ["reasoning.encrypted_content"]});
+    let request = parse(body.clone());
+    assert_eq!(request.system["instructions"], "be brief");
+    assert_eq!(request.system["input"].as_array().map(Vec::len), Some(1));
+    assert_eq!(request.messages.len(), 3);
+    assert_eq!(
+        Responses.build(&request, &request.messages),
+        serde_json::to_vec(&body).expect("json")
+    );
+}
+
+#[test]
+fn a_string_input_is_one_user_message() {
+    let request = parse(json!({"model": "m", "input": "hello"}));
+    assert_eq!(
+        request.messages,
+        vec![json!({"role": "user", "content": "hello"})]
+    );
+}
+
+#[test]
+fn stateful_requests_are_left_alone() {
+    for field in ["previous_response_id", "conversation"] {
+        let body = json!({"model": "m", "input": "more", field: "resp_123"});
+        assert!(Responses.parse(body.to_string().as_bytes()).is_none());
+    }
+    let unset = json!({"model": "m", "input": "more", "previous_response_id": null});
+    assert!(Responses.parse(unset.to_string().as_bytes()).is_some());
+}
+
+#[test]
+fn the_summary_goes_right_after_the_system_part() {
+    let request = parse(json!({"model": "m", "instructions": "i", "input": [
+        {"role": "developer", "content": "d"}, {"role": "user", "content": "u"}]}));
+    let summary = Responses.summary_message("user", "facts");
+    let built: Value =
+        serde_json::from_slice(&Responses.build(&request, &[summary, request.messages[0].clone()]))
+            .expect("json");
+    assert_eq!(built["input"][0]["role"], "developer");
+    let text = built["input"][1]["content"][0]["text"]
+        .as_str()
+        .expect("text");
+    assert!(text.starts_with(crate::protocol::SUMMARY_MARKER));
+    assert_eq!(built["instructions"], "i");
+}
+
+#[test]
+fn usage_comes_from_the_body_and_from_response_completed() {
+    let response = json!({"object": "response", "usage": {"input_tokens": 120, "output_tokens": 8, "total_tokens": 128}});
+    let expected = Some(Usage {
+        input_tokens: 120,
+        output_tokens: 8,
+    });
+    assert_eq!(Responses.usage(&response), expected);
+    let completed =
+        json!({"type": "response.completed", "sequence_number": 9, "response": response});
+    assert_eq!(Responses.stream_usage(&completed), expected);
+    assert_eq!(
+        Responses.stream_usage(&json!({"type": "response.output_text.delta", "delta": "usage"})),
+        None
+    );
+}
+
+#[test]
+fn summary_replies_are_read_from_output_text() {
+    let reply = json!({"output": [
+        {"type": "reasoning", "summary": []},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "the gist", "annotations": []}]}
+    ]});
+    assert_eq!(Responses.response_text(&reply).as_deref(), Some("the gist"));
+    assert_eq!(Responses.response_text(&json!({"output": []})), None);
+}
+
+#[test]
+fn only_events_before_any_output_are_preamble() {
+    assert!(Responses.is_stream_preamble(r#"{"type":"response.created","response":{}}"#));
+    assert!(!Responses.is_stream_preamble(r#"{"type":"response.output_item.added"}"#));
+    assert!(!Responses.is_stream_preamble(r#"{"type":"response.failed"}"#));
+}
+
+#[test]
+fn a_stream_error_is_a_response_failed_event_with_the_upstream_error() {
+    let error = json!({"error": {"message": "Your input exceeds the context window of this model.", "type": "invalid_request_error", "code": "context_length_exceeded"}});
+    let event = Responses.stream_error_event(&error);
+    assert!(event.starts_with("event: response.failed\ndata: "));
+    let data: Value = serde_json::from_str(
+        event
+            .trim_start_matches("event: response.failed\ndata: ")
+            .trim(),
+    )
+    .expect("json");
+    assert_eq!(data["response"]["error"]["code"], "context_length_exceeded");
+}
+
+#[test]
+fn no_safe_cut_parts_reasoning_from_its_item_or_a_call_from_its_output() {
+    use crate::compaction::plan::{safe_cuts, Item};
+    let reasoning = |id: &str| json!({"type": "reasoning", "id": id, "encrypted_content": "e"});
+    let call =
+        |id: &str| json!({"type": "function_call", "call_id": id, "name": "f", "arguments": "{}"});
+    let output = |id: &str| json!({"type": "function_call_output", "call_id": id, "output": "x"});
+    let request = parse(json!({"model": "m", "input": [
+        {"role": "user", "content": "one"},
+        reasoning("rs_1"), call("c1"), call("c2"), output("c1"), output("c2"),
+        reasoning("rs_2"), {"type": "message", "role": "assistant", "content": []},
+        {"role": "user", "content": "two"},
+        reasoning("rs_3"), call("c3"), output("c3")
+    ]}));
+    let items: Vec<Item> = request
+        .messages
+        .iter()
+        .map(|unit| Item {
+            tokens: 1,
+            links: Responses.tool_links(unit),
+        })
+        .collect();
+    let cuts = safe_cuts(&items);
+    assert_eq!(cuts, vec![1, 5, 6, 7]);
+    for cut in cuts {
+        let before = units::items(&request.messages[cut - 1]);
+        assert_ne!(before.last().map(units::item_type), Some("reasoning"));
+        assert_ne!(
+            units::item_type(&units::items(&request.messages[cut])[0]),
+            "function_call_output"
+        );
+    }
+}

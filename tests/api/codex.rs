@@ -1,0 +1,233 @@
+//! The real Codex CLI (`@openai/codex`, pinned and installed by
+//! `scripts/test`, which sets `CONDENSER_TEST_CODEX`) through the proxy
+//! against the fake upstream, offline as `shared/reference/clients.md`
+//! describes: one `codex exec` session resumed turn after turn, its
+//! history outgrowing the window several times, every turn succeeding
+//! (summaries slow enough that Codex reads keep-alives before its answer).
+
+use crate::helpers::agent::filler;
+use crate::helpers::app::{spawn_app_with, Options, TestApp, OPENAI_KEY};
+use fake_upstream::RecordedRequest;
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const MODEL: &str = "fake-model";
+/// Codex's own prompt and tools take about 10k of the fake's tokens.
+const WINDOW: u64 = 14_000;
+const TURNS: usize = 12;
+
+fn codex() -> String {
+    std::env::var("CONDENSER_TEST_CODEX")
+        .expect("CONDENSER_TEST_CODEX is not set: run the suite with scripts/test, which installs Codex CLI")
+}
+
+fn write_config(home: &Path, app: &TestApp, extra: &str) {
+    let config = format!(
+        r#"model = "{MODEL}"
+model_provider = "condenser"
+{extra}
+[model_providers.condenser]
+name = "Condenser (local)"
+base_url = "{}/v1"
+env_key = "CONDENSER_API_KEY"
+wire_api = "responses"
+
+[analytics]
+enabled = false
+
+[features]
+plugins = false
+"#,
+        app.address
+    );
+    std::fs::write(home.join("config.toml"), config).expect("writing the Codex config");
+}
+
+/// One `codex exec` turn (resuming the last session after the first): its
+/// `--json` events.
+async fn run_turn(home: &Path, workdir: &Path, number: usize) -> Vec<Value> {
+    // A user pasting a log: each turn grows the history by ~600 tokens.
+    let prompt = format!(
+        "Turn {number}: read this log. [tools]\n{}",
+        filler(2_400, number)
+    );
+    let mut command = tokio::process::Command::new(codex());
+    command.args([
+        "exec",
+        "--skip-git-repo-check",
+        "--json",
+        "--dangerously-bypass-approvals-and-sandbox",
+    ]);
+    if number > 1 {
+        command.args(["resume", "--last"]);
+    }
+    let output = command
+        .arg(&prompt)
+        .current_dir(workdir)
+        .env("CODEX_HOME", home)
+        .env("CONDENSER_API_KEY", OPENAI_KEY)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("codex runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "turn {number}: codex failed\n{stdout}\n{stderr}"
+    );
+    stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
+}
+
+/// Runs `TURNS` turns of one Codex session, asserting each succeeded with
+/// an answer, and that the fake refused nothing for its shape. Summaries
+/// take `summary_delay`; past 300 ms Codex gets keep-alives first.
+async fn run_session(
+    extra_config: &str,
+    summary_delay: Duration,
+    keepalives: Arc<AtomicUsize>,
+) -> TestApp {
+    let mut options = Options::default().window(MODEL, WINDOW).settings(
+        json!({"compaction": {"summary_max_tokens": 300, "keepalive_interval": "300ms"}}),
+    );
+    options.fake.summary_delay = summary_delay;
+    let mut app = spawn_app_with(options).await;
+    // Codex talks to the proxy through a tap that counts keep-alives.
+    let target: SocketAddr = app
+        .address
+        .trim_start_matches("http://")
+        .parse()
+        .expect("address");
+    app.address = format!("http://{}", keepalive_tap(target, keepalives.clone()).await);
+    let home = tempfile::tempdir().expect("a CODEX_HOME");
+    let workdir = tempfile::tempdir().expect("a working directory");
+    write_config(home.path(), &app, extra_config);
+    for number in 1..=TURNS {
+        let events = run_turn(home.path(), workdir.path(), number).await;
+        let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+        assert!(
+            kinds.contains(&"turn.completed")
+                && !kinds.contains(&"turn.failed")
+                && !kinds.contains(&"error"),
+            "turn {number}: {events:?}"
+        );
+        let answered = events.iter().any(|e| {
+            e["item"]["type"] == "agent_message"
+                && e["item"]["text"].as_str().is_some_and(|t| !t.is_empty())
+        });
+        assert!(answered, "turn {number}: no answer in {events:?}");
+    }
+    for request in app.upstream.requests() {
+        let body = String::from_utf8_lossy(&request.body);
+        assert!(
+            request.status == 200 || request.input_tokens.is_some(),
+            "refused for its shape: {body}"
+        );
+    }
+    app
+}
+
+fn request_kind(request: &RecordedRequest) -> Option<String> {
+    let metadata: Value = serde_json::from_str(request.header("x-codex-turn-metadata")?).ok()?;
+    metadata["request_kind"].as_str().map(String::from)
+}
+
+#[tokio::test]
+async fn codex_cli_keeps_working_across_compactions() {
+    let keepalives = Arc::new(AtomicUsize::new(0));
+    let app = run_session("", Duration::from_millis(1_000), keepalives.clone()).await;
+    assert!(
+        keepalives.load(Ordering::Relaxed) > 0,
+        "Codex read keep-alives while summaries were written"
+    );
+    let summaries = app.upstream.summary_requests().len();
+    assert!(summaries >= 2, "{summaries} summaries over {TURNS} turns");
+    let requests = app.upstream.chat_requests();
+    assert!(requests
+        .iter()
+        .all(|r| request_kind(r).as_deref() == Some("turn")));
+    let tool_rounds = requests
+        .iter()
+        .filter(|r| r.body.windows(20).any(|w| w == b"function_call_output"))
+        .count();
+    assert!(tool_rounds >= TURNS, "every turn ran a tool round");
+}
+
+/// With a window it knows, Codex compacts its own history too: its
+/// compaction requests end with its own prompt, which reaches the upstream
+/// whole, and Condenser still rescues the turns that overflow anyway.
+#[tokio::test]
+async fn codex_cli_compacting_itself_keeps_its_compaction_prompt() {
+    let app = run_session(
+        &format!("model_context_window = {WINDOW}\nmodel_auto_compact_token_limit = 11000\n"),
+        Duration::ZERO,
+        Arc::default(),
+    )
+    .await;
+    let own: Vec<Value> = app
+        .upstream
+        .chat_requests()
+        .into_iter()
+        .filter(|r| request_kind(r).as_deref() == Some("compaction"))
+        .filter_map(|r| r.json)
+        .collect();
+    assert!(own.len() >= 2, "Codex compacted {} times", own.len());
+    for request in &own {
+        let last = request["input"]
+            .as_array()
+            .and_then(|i| i.last())
+            .expect("input");
+        let prompt = last["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(
+            prompt.starts_with("You are performing a CONTEXT CHECKPOINT COMPACTION"),
+            "{last}"
+        );
+    }
+    assert!(!app.upstream.summary_requests().is_empty());
+}
+
+/// A TCP relay to `target` that counts the keep-alive comments flowing
+/// back to the client.
+async fn keepalive_tap(target: SocketAddr, seen: Arc<AtomicUsize>) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let Ok(outbound) = tokio::net::TcpStream::connect(target).await else {
+                    return;
+                };
+                let (mut client_read, mut client_write) = inbound.into_split();
+                let (mut proxy_read, mut proxy_write) = outbound.into_split();
+                tokio::spawn(
+                    async move { tokio::io::copy(&mut client_read, &mut proxy_write).await },
+                );
+                let mut buffer = vec![0u8; 64 * 1024];
+                while let Ok(read) = proxy_read.read(&mut buffer).await {
+                    let chunk = &buffer[..read];
+                    if read == 0 || client_write.write_all(chunk).await.is_err() {
+                        break;
+                    }
+                    let comment = condenser::pipeline::KEEPALIVE_COMMENT;
+                    let count = chunk
+                        .windows(comment.len())
+                        .filter(|w| *w == comment)
+                        .count();
+                    seen.fetch_add(count, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    addr
+}
