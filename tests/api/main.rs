@@ -1,6 +1,7 @@
 //! One integration binary (faster to link than one per file), one module per
 //! stage of the request, as in DESIGN.md.
 
+mod admin;
 mod anthropic;
 mod codex;
 mod compaction;

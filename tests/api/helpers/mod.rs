@@ -1,6 +1,7 @@
 //! Shared test harness: real databases, the real proxy on a random port, and
 //! the strict fake upstream.
 
+pub mod admin;
 pub mod agent;
 pub mod app;
 pub mod db;

@@ -1,0 +1,62 @@
+//! The operator page as a script sees it: the proxy with an admin token,
+//! requests with and without it, and waiting for the background recorder.
+
+use super::app::{spawn_app_with, Options, TestApp};
+use super::db::TestBackend;
+use serde_json::json;
+use std::time::Duration;
+
+pub const ADMIN_TOKEN: &str = "admin-token-for-tests-0123456789";
+
+/// The proxy with the operator page on, a small window so an agent compacts.
+pub async fn spawn_admin_app(backend: TestBackend, extra: serde_json::Value) -> TestApp {
+    let options = Options::on(backend)
+        .window("gpt-4o-mini", 4_000)
+        .settings(json!({"admin_token": ADMIN_TOKEN, "compaction": {"summary_max_tokens": 300}}))
+        .settings(extra);
+    spawn_app_with(options).await
+}
+
+/// `GET path` with the admin token as a bearer; status and body.
+pub async fn admin_get(app: &TestApp, path: &str) -> (u16, String) {
+    let response = app
+        .client
+        .get(app.url(path))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("proxy answers");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("text body"))
+}
+
+/// Waits until the recorder has written `count` request rows.
+pub async fn wait_for_requests(app: &TestApp, count: i64) {
+    for _ in 0..500 {
+        if app.db.count("select count(*) from requests").await >= count {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("fewer than {count} requests were recorded");
+}
+
+/// The conversation pages a list links to, in order. Hrefs are unescaped
+/// from the page's HTML (the templates escape `/` as `&#x2f;`).
+pub fn conversation_links(list_html: &str) -> Vec<String> {
+    list_html
+        .split("href=\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .map(|href| href.replace("&#x2f;", "/").replace("&amp;", "&"))
+        .filter(|href| href.starts_with("/admin/conversations/"))
+        .collect()
+}
+
+/// The href of the first conversation the list links to.
+pub fn first_conversation_link(list_html: &str) -> String {
+    conversation_links(list_html)
+        .into_iter()
+        .next()
+        .expect("the list links to a conversation")
+}
