@@ -10,12 +10,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 pub async fn run(command: Command, settings: &Settings) -> anyhow::Result<()> {
-    let store = Store::connect(
-        &settings.database_url,
-        &crate::state::store_options(settings),
-    )
-    .await
-    .context("connecting to the database")?;
+    let mut options = crate::state::store_options(settings);
+    // An operator command may wait for a busy database; a request may not.
+    options.acquire_timeout = options.acquire_timeout.max(Duration::from_secs(30));
+    let store = Store::connect(&settings.database_url, &options)
+        .await
+        .context("connecting to the database")?;
     store.migrate().await.context("migrating the database")?;
     let text = match command {
         Command::Migrate => "migrations applied\n".to_string(),

@@ -10,6 +10,7 @@ mod failures;
 mod fleet;
 mod forwarding;
 mod helpers;
+mod lifecycle;
 mod persistence;
 mod process;
 mod realllm;

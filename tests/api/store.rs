@@ -6,6 +6,7 @@ mod compactions;
 mod connection;
 mod coordination;
 mod messages;
+mod prune;
 
 use condenser::conversation::{ChainHash, TenantId};
 use condenser::store::{Compaction, NewMessage, Store};

@@ -32,13 +32,18 @@ pub async fn admin_get(app: &TestApp, path: &str) -> (u16, String) {
 
 /// Waits until the recorder has written `count` request rows.
 pub async fn wait_for_requests(app: &TestApp, count: i64) {
+    wait_for(app, "select count(*) from requests", count).await;
+}
+
+/// Waits until `sql` counts at least `count` (background writes).
+pub async fn wait_for(app: &TestApp, sql: &str, count: i64) {
     for _ in 0..500 {
-        if app.db.count("select count(*) from requests").await >= count {
+        if app.db.count(sql).await >= count {
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!("fewer than {count} requests were recorded");
+    panic!("{sql} stayed below {count}");
 }
 
 /// The conversation pages a list links to, in order. Hrefs are unescaped
