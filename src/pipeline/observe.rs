@@ -12,6 +12,8 @@ use std::future::Future;
 
 /// What is known of a request before it is sent.
 pub struct Observed {
+    id: uuid::Uuid,
+    arrived_at_ms: i64,
     state: AppState,
     upstream: String,
     model: String,
@@ -21,6 +23,8 @@ pub struct Observed {
 impl Observed {
     pub fn new(state: &AppState, upstream: &str, model: &str, conversation: &Conversation) -> Self {
         Self {
+            id: uuid::Uuid::now_v7(),
+            arrived_at_ms: crate::store::now_ms(),
             state: state.clone(),
             upstream: upstream.to_owned(),
             model: model.to_owned(),
@@ -42,6 +46,8 @@ impl Observed {
             .unwrap_or_default()
             .tokens(report.sent_bytes);
         let mut record = RequestRecord {
+            id: self.id,
+            arrived_at_ms: self.arrived_at_ms,
             tenant: self.conversation.tenant,
             chain: self.conversation.chain,
             label: self.conversation.label,

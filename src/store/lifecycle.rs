@@ -7,7 +7,7 @@
 
 use super::prune::dead_ends;
 use super::rows::{hash_column, now_ms, optional_hash_column, push_placeholders, HASH_CHUNK};
-use super::{Result, Store};
+use super::{Backend, Result, Store};
 use crate::conversation::{ChainHash, TenantId};
 use sqlx::{Any, QueryBuilder, Row};
 
@@ -71,13 +71,24 @@ impl Deleted {
 }
 
 impl Store {
+    /// A transaction that will write. SQLite's default deferred one starts
+    /// as a reader and fails at once ("database is locked") when it must
+    /// become a writer after another connection wrote; taking the write
+    /// lock up front waits on the busy timeout instead.
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>> {
+        Ok(match self.backend {
+            Backend::Sqlite => self.pool.begin_with("begin immediate").await?,
+            Backend::Postgres => self.pool.begin().await?,
+        })
+    }
+
     /// Deletes one conversation tree with everything that names it.
     pub async fn delete_conversation(
         &self,
         tenant: &TenantId,
         root: &ChainHash,
     ) -> Result<Deleted> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         let mut counts = Vec::with_capacity(DELETE_TREE.len());
         for sql in DELETE_TREE {
             let done = sqlx::query(sql)
@@ -93,7 +104,7 @@ impl Store {
 
     /// Deletes every row stored under `tenant`'s digest.
     pub async fn delete_tenant(&self, tenant: &TenantId) -> Result<Deleted> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         let mut counts = Vec::with_capacity(DELETE_TENANT.len());
         for sql in DELETE_TENANT {
             let done = sqlx::query(sql)

@@ -2,7 +2,7 @@
 //! the per-conversation row the list reads, both written in the background
 //! after the response.
 
-use super::rows::{hash_column, now_ms};
+use super::rows::hash_column;
 use super::{Result, Store};
 use crate::conversation::{ChainHash, TenantId};
 use sqlx::any::AnyRow;
@@ -18,6 +18,10 @@ const PRUNE_EVERY: i64 = 64;
 /// What one chat request did, as the chart and the overview need it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestRecord {
+    /// Time-ordered (v7), taken when the request arrived, so rows sort in
+    /// arrival order however late each is written.
+    pub id: uuid::Uuid,
+    pub arrived_at_ms: i64,
     pub tenant: TenantId,
     /// `chain[0]` is the conversation's root; the last is the request's head.
     pub chain: Vec<ChainHash>,
@@ -56,15 +60,22 @@ insert into conversations (tenant, root, label, head, messages, branches, reques
 values ($1, $2, $3, $4, $5, 1, 1, $6, $7, $8, $9, null, $10, $10)
 on conflict (tenant, root) do update set
     label = coalesce(excluded.label, conversations.label),
-    head = excluded.head,
-    messages = excluded.messages,
     branches = conversations.branches + $11,
     requests = conversations.requests + 1,
     compactions = conversations.compactions + excluded.compactions,
-    tokens = excluded.tokens,
     window_tokens = coalesce(excluded.window_tokens, conversations.window_tokens),
-    model = excluded.model,
-    last_activity = excluded.last_activity
+    -- Records land out of order (each waits for its response's usage):
+    -- the newest request, by arrival, sets the current state.
+    head = case when excluded.last_activity >= conversations.last_activity
+        then excluded.head else conversations.head end,
+    messages = case when excluded.last_activity >= conversations.last_activity
+        then excluded.messages else conversations.messages end,
+    tokens = case when excluded.last_activity >= conversations.last_activity
+        then excluded.tokens else conversations.tokens end,
+    model = case when excluded.last_activity >= conversations.last_activity
+        then excluded.model else conversations.model end,
+    last_activity = case when excluded.last_activity >= conversations.last_activity
+        then excluded.last_activity else conversations.last_activity end
 returning requests";
 
 const INSERT_REQUEST: &str = "\
@@ -119,7 +130,7 @@ impl Store {
             }
             None => false,
         };
-        let now = now_ms();
+        let at = record.arrived_at_ms;
         let messages = record.chain.len() as i64 - 1;
         let tokens = record
             .upstream_input_tokens
@@ -134,14 +145,14 @@ impl Store {
             .bind(tokens)
             .bind(record.window_tokens)
             .bind(record.model.as_str())
-            .bind(now)
+            .bind(at)
             .bind(i64::from(branched))
             .fetch_one(&self.pool)
             .await?;
         sqlx::query(INSERT_REQUEST)
             .bind(tenant)
             .bind(root.to_hex())
-            .bind(uuid::Uuid::now_v7().to_string())
+            .bind(record.id.to_string())
             .bind(head.to_hex())
             .bind(messages)
             .bind(record.model.as_str())
@@ -156,7 +167,7 @@ impl Store {
             .bind(record.overflows)
             .bind(record.compaction_error.as_deref())
             .bind(i64::from(record.degraded))
-            .bind(now)
+            .bind(at)
             .execute(&self.pool)
             .await?;
         if requests > REQUESTS_KEPT && requests % PRUNE_EVERY == 0 {

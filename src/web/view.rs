@@ -100,12 +100,20 @@ fn trims(compaction: &Compaction) -> String {
     format!("{} trim{plural} ({cut} cut)", trims.len())
 }
 
+fn duration(ms: i64) -> String {
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    }
+}
+
 pub fn mark(compaction: &Compaction) -> String {
     format!(
-        "{} messages · {} · summary {:.1} s · {}",
+        "{} messages · {} · summary {} · {}",
         compaction.prefix_len,
         compaction.trigger,
-        compaction.duration_ms as f64 / 1000.0,
+        duration(compaction.duration_ms),
         trims(compaction)
     )
 }
@@ -175,20 +183,26 @@ pub fn branches(detail: &ConversationDetail, path: &[MessageText]) -> Vec<Branch
         .collect()
 }
 
-/// The chart's data: uPlot's column arrays (x in unix seconds) and one
-/// mark per compaction, at the time it was stored: between the last request
-/// that went without it and the first that carried it.
+/// The chart's data: uPlot's column arrays, x being the request's number in
+/// the conversation (agents send in bursts, so time would squeeze the
+/// sawtooth into a line; each point's time is in `at`), and one mark per
+/// compaction just before the first request that carried its summary.
 pub fn chart(points: &[RequestPoint], compactions: &[Compaction]) -> Value {
-    let x: Vec<f64> = points.iter().map(|p| p.at_ms as f64 / 1000.0).collect();
+    let x: Vec<usize> = (1..=points.len()).collect();
+    let at: Vec<String> = points.iter().map(|p| utc_time(p.at_ms)).collect();
     let estimated: Vec<i64> = points.iter().map(|p| p.estimated_tokens).collect();
     let reported: Vec<Option<i64>> = points.iter().map(|p| p.upstream_input_tokens).collect();
     let window: Vec<Option<i64>> = points.iter().map(|p| p.window_tokens).collect();
     let marks: Vec<Value> = compactions
         .iter()
         .map(|c| {
-            let x = c.created_at_ms as f64 / 1000.0;
-            json!({"x": x, "label": mark(c), "covered": c.prefix_len})
+            let first = points
+                .iter()
+                .position(|p| p.compacted_messages == Some(c.prefix_len))
+                .or_else(|| points.iter().position(|p| p.at_ms >= c.created_at_ms))
+                .unwrap_or(points.len());
+            json!({"x": first as f64 + 0.5, "label": mark(c), "covered": c.prefix_len})
         })
         .collect();
-    json!({"x": x, "estimated": estimated, "reported": reported, "window": window, "marks": marks})
+    json!({"x": x, "at": at, "estimated": estimated, "reported": reported, "window": window, "marks": marks})
 }

@@ -2,10 +2,10 @@
 //! agent run, and that it prints stored text as text.
 
 use crate::helpers::admin::{
-    admin_get, conversation_links, first_conversation_link, spawn_admin_app, wait_for_requests,
-    ADMIN_TOKEN,
+    admin_get, conversation_links, first_conversation_link, run_until_three_summaries,
+    spawn_admin_app, wait_for_requests, ADMIN_TOKEN,
 };
-use crate::helpers::agent::{filler, Agent, Dialect};
+use crate::helpers::agent::{Agent, Dialect};
 use crate::helpers::app::{spawn_app, OPENAI_KEY};
 use crate::helpers::db::{both_backends, TestBackend};
 use pretty_assertions::assert_eq;
@@ -130,34 +130,6 @@ fn chart_data(page: &str) -> Value {
     let start = page.find(r#"id="chart-data">"#).expect("chart data") + 16;
     let end = page[start..].find("</script>").expect("end of chart data") + start;
     serde_json::from_str(&page[start..end]).expect("chart data is JSON")
-}
-
-/// The agent's turns, one request at a time, stopping right after the
-/// request that made the third summary.
-async fn run_until_three_summaries(app: &crate::helpers::app::TestApp, agent: &mut Agent) {
-    for turn in 1..=40 {
-        agent.say(&format!("Turn {turn}: inspect module {turn}. [tools]"));
-        for round in 0..=agent.rounds_per_turn {
-            let step = agent.send(app).await;
-            assert_eq!(step.status, 200, "turn {turn}: {}", step.body);
-            if app.upstream.summary_requests().len() >= 3 {
-                return;
-            }
-            if !step.body["choices"][0]["message"]["tool_calls"].is_array() {
-                break;
-            }
-            let more = if round + 1 < agent.rounds_per_turn {
-                "[more]"
-            } else {
-                "done"
-            };
-            let filler = filler(agent.result_bytes, turn * 100 + round);
-            agent.answer_tools(&format!(
-                "contents of module {turn} round {round} {more} {filler}"
-            ));
-        }
-    }
-    panic!("fewer than three summaries after 40 turns");
 }
 
 async fn after_three_compactions_the_conversation_page_shows_three_marks_and_three_summaries(

@@ -10,9 +10,9 @@ use crate::helpers::process::binary;
 use condenser::conversation::TenantId;
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use std::io::Write;
 use std::process::Stdio;
 use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 
 /// The request row of the conversation labelled "recent".
 const RECENT_RECORDED: &str = "select count(*) from requests r join conversations c \
@@ -41,6 +41,28 @@ async fn chat(app: &TestApp, key: &str, label: &str) {
         .await
         .expect("answers");
     assert_eq!(response.status(), 200);
+}
+
+/// Runs the `condenser` command line on the app's database. Awaited, not
+/// blocked on: the proxy runs on this test's runtime and must be able to
+/// finish its writes while the command waits for the database.
+async fn condenser_cli(app: &TestApp, args: &[&str], stdin: &str) -> std::process::Output {
+    let mut command = tokio::process::Command::from(binary());
+    let mut child = command
+        .args(args)
+        .env("DATABASE_URL", &app.db.url)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    let mut input = child.stdin.take().expect("stdin");
+    input
+        .write_all(stdin.as_bytes())
+        .await
+        .expect("writes stdin");
+    drop(input);
+    child.wait_with_output().await.expect("exits")
 }
 
 /// Rows of `table` labelled or rooted in the conversation labelled `label`.
@@ -77,6 +99,19 @@ async fn conversations_idle_past_the_retention_are_deleted_and_newer_ones_kept(
     agent.run_until_summaries(&app, 1, 19).await;
     chat(&app, OPENAI_KEY, "recent").await;
     wait_for(&app, RECENT_RECORDED, 1).await;
+    wait_for(
+        &app,
+        "select count(*) from messages where label = 'recent'",
+        2,
+    )
+    .await;
+    // Every request the agent made is recorded before the clock is turned back.
+    let sent = agent
+        .messages
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .count();
+    wait_for(&app, "select count(*) from requests", sent as i64 + 1).await;
     assert!(app.db.count("select count(*) from compactions").await >= 1);
     let recent_before = rows_of(&app, "recent").await;
 
@@ -121,23 +156,13 @@ async fn deleting_a_tenant_leaves_no_row_with_its_digest(backend: TestBackend) {
     chat(&app, OPENAI_KEY, "second").await;
     chat(&app, ANTHROPIC_KEY, "other-tenant").await;
     wait_for(&app, "select count(*) from conversations", 3).await;
+    for label in ["second", "other-tenant"] {
+        let sql = format!("select count(*) from messages where label = '{label}'");
+        wait_for(&app, &sql, 2).await;
+    }
     let digest = TenantId::from_credential(b"", Some(format!("Bearer {OPENAI_KEY}").as_bytes()));
 
-    let mut child = binary()
-        .args(["tenants", "delete"])
-        .env("DATABASE_URL", &app.db.url)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("runs");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(format!("{OPENAI_KEY}\n").as_bytes())
-        .expect("writes the credential");
-    let output = child.wait_with_output().expect("exits");
+    let output = condenser_cli(&app, &["tenants", "delete"], &format!("{OPENAI_KEY}\n")).await;
     assert!(
         output.status.success(),
         "{}",
@@ -172,17 +197,14 @@ async fn one_conversation_is_deleted_by_its_id(backend: TestBackend) {
     chat(&app, OPENAI_KEY, "doomed").await;
     chat(&app, OPENAI_KEY, "kept").await;
     wait_for(&app, "select count(*) from conversations", 2).await;
+    wait_for(&app, "select count(*) from messages", 4).await;
     let pool = app.db.pool().await;
     let root: String = sqlx::query_scalar("select root from conversations where label = 'doomed'")
         .fetch_one(&pool)
         .await
         .expect("root");
 
-    let output = binary()
-        .args(["conversations", "delete", &root[..10]])
-        .env("DATABASE_URL", &app.db.url)
-        .output()
-        .expect("runs");
+    let output = condenser_cli(&app, &["conversations", "delete", &root[..10]], "").await;
 
     assert!(
         output.status.success(),

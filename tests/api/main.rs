@@ -3,6 +3,7 @@
 
 mod admin;
 mod anthropic;
+mod browser;
 mod codex;
 mod compaction;
 mod disconnects;

@@ -49,20 +49,16 @@
     width: width,
     height: 320,
     plugins: [compactionMarks(data.marks)],
-    scales: { x: { time: true } },
-    axes: [{}, { label: "tokens", size: 70 }],
+    scales: { x: { time: false } },
+    axes: [{ label: "request" }, { label: "tokens", size: 70 }],
     series: [
-      {},
+      { label: "request", value: function (u, v, s, idx) { return idx == null ? "--" : "#" + v + " at " + data.at[idx]; } },
       { label: "sent (estimated)", stroke: "#2c7be5", width: 2, points: { show: true } },
       { label: "sent (upstream usage)", stroke: "#00a86b", width: 2, points: { show: true } },
       { label: "known window", stroke: "#888", dash: [4, 4], width: 1, points: { show: false } },
     ],
   };
-  var marksX = data.marks.map(function (m) { return m.x; });
-  var lo = Math.min.apply(null, data.x.concat(marksX));
-  var hi = Math.max.apply(null, data.x.concat(marksX));
-  if (hi - lo < 1) { lo -= 1; hi += 1; }
-  options.scales.x.range = [lo - (hi - lo) * 0.02, hi + (hi - lo) * 0.02];
+  options.scales.x.range = [0.5, data.x.length + 0.5];
   var plot = new uPlot(options, [data.x, data.estimated, data.reported, data.window], holder);
   holder.dataset.marks = String(data.marks.length);
   holder.dataset.points = String(data.x.length);

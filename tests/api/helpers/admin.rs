@@ -1,6 +1,7 @@
 //! The operator page as a script sees it: the proxy with an admin token,
 //! requests with and without it, and waiting for the background recorder.
 
+use super::agent::{filler, Agent};
 use super::app::{spawn_app_with, Options, TestApp};
 use super::db::TestBackend;
 use serde_json::json;
@@ -64,4 +65,32 @@ pub fn first_conversation_link(list_html: &str) -> String {
         .into_iter()
         .next()
         .expect("the list links to a conversation")
+}
+
+/// The agent's turns, one request at a time, stopping right after the
+/// request that made the third summary.
+pub async fn run_until_three_summaries(app: &TestApp, agent: &mut Agent) {
+    for turn in 1..=40 {
+        agent.say(&format!("Turn {turn}: inspect module {turn}. [tools]"));
+        for round in 0..=agent.rounds_per_turn {
+            let step = agent.send(app).await;
+            assert_eq!(step.status, 200, "turn {turn}: {}", step.body);
+            if app.upstream.summary_requests().len() >= 3 {
+                return;
+            }
+            if !step.body["choices"][0]["message"]["tool_calls"].is_array() {
+                break;
+            }
+            let more = if round + 1 < agent.rounds_per_turn {
+                "[more]"
+            } else {
+                "done"
+            };
+            let filler = filler(agent.result_bytes, turn * 100 + round);
+            agent.answer_tools(&format!(
+                "contents of module {turn} round {round} {more} {filler}"
+            ));
+        }
+    }
+    panic!("fewer than three summaries after 40 turns");
 }

@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod agent;
 pub mod app;
+pub mod browser;
 pub mod db;
 pub mod fixtures;
 pub mod fleet;
