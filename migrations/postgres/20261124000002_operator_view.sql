@@ -75,6 +75,9 @@ create index conversations_messages on conversations (messages);
 create index conversations_compactions on conversations (compactions);
 create index conversations_tokens on conversations (tokens);
 create index conversations_label on conversations (label);
+-- The list's filter by a conversation hash prefix (tenant prefixes use the
+-- primary key).
+create index conversations_root on conversations (root);
 
 -- Conversations stored before this table existed, so retention and the list
 -- see them too.

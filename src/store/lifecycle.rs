@@ -70,6 +70,18 @@ impl Deleted {
     }
 }
 
+/// `(tenant, root)` of each row.
+fn tenant_roots(rows: &[sqlx::any::AnyRow]) -> Result<Vec<(TenantId, ChainHash)>> {
+    rows.iter()
+        .map(|row| {
+            Ok((
+                TenantId::from_stored(row.try_get("tenant")?),
+                hash_column(row, "root")?,
+            ))
+        })
+        .collect()
+}
+
 impl Store {
     /// A transaction that will write. SQLite's default deferred one starts
     /// as a reader and fails at once ("database is locked") when it must
@@ -132,14 +144,7 @@ impl Store {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok((
-                    TenantId::from_stored(row.try_get("tenant")?),
-                    hash_column(row, "root")?,
-                ))
-            })
-            .collect()
+        tenant_roots(&rows)
     }
 
     /// Up to `limit` branched conversations not pruned since `before_ms`.
@@ -157,14 +162,7 @@ impl Store {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok((
-                    TenantId::from_stored(row.try_get("tenant")?),
-                    hash_column(row, "root")?,
-                ))
-            })
-            .collect()
+        tenant_roots(&rows)
     }
 
     /// Deletes the dead-end branches of one conversation whose messages are

@@ -57,7 +57,7 @@ pub struct ListQuery {
     pub sort: SortBy,
     pub ascending: bool,
     /// Keeps rows whose label is this, or whose tenant digest or root hash
-    /// starts with it.
+    /// starts with it (when it is hex).
     pub filter: Option<String>,
     pub offset: i64,
     pub limit: i64,
@@ -102,17 +102,15 @@ impl<'r> FromRow<'r, AnyRow> for ConversationRow {
     }
 }
 
-/// `text` with LIKE's wildcards and escape character escaped.
-fn like_prefix(text: &str) -> String {
-    let mut escaped = String::with_capacity(text.len() + 1);
-    for c in text.chars() {
-        if matches!(c, '%' | '_' | '\\') {
-            escaped.push('\\');
-        }
-        escaped.push(c);
-    }
-    escaped.push('%');
-    escaped
+/// The bounds of the hashes that start with `prefix`, when it is a hex
+/// prefix: every such hash sorts at or after it and before `prefix` + "g"
+/// (hex digits sort before "g" in byte order and in common collations), so
+/// the filter is an index range, not a scan.
+fn hex_range(prefix: &str) -> Option<(String, String)> {
+    let prefix = prefix.to_ascii_lowercase();
+    let hex =
+        !prefix.is_empty() && prefix.len() <= 64 && prefix.bytes().all(|b| b.is_ascii_hexdigit());
+    hex.then(|| (prefix.clone(), format!("{prefix}g")))
 }
 
 impl Store {
@@ -126,12 +124,15 @@ impl Store {
             .as_deref()
             .map(str::trim)
             .filter(|f| !f.is_empty());
+        let range = filter.and_then(hex_range);
         let mut next = 1;
         if filter.is_some() {
-            builder.push(
-                " where label = $1 or tenant like $2 escape '\\' or root like $2 escape '\\'",
-            );
-            next = 3;
+            builder.push(" where label = $1");
+            next = 2;
+        }
+        if range.is_some() {
+            builder.push(" or (tenant >= $2 and tenant < $3) or (root >= $2 and root < $3)");
+            next = 4;
         }
         let direction = if query.ascending { " asc" } else { " desc" };
         builder.push(" order by ");
@@ -145,9 +146,10 @@ impl Store {
         builder.push(next + 1);
         let mut statement = builder.build_query_as::<ConversationRow>();
         if let Some(filter) = filter {
-            statement = statement
-                .bind(filter.to_owned())
-                .bind(like_prefix(&filter.to_ascii_lowercase()));
+            statement = statement.bind(filter.to_owned());
+        }
+        if let Some((low, high)) = range {
+            statement = statement.bind(low).bind(high);
         }
         let rows = statement
             .bind(query.limit.clamp(1, MAX_PAGE))
@@ -178,10 +180,15 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::like_prefix;
+    use super::hex_range;
 
     #[test]
-    fn like_wildcards_in_a_filter_match_only_themselves() {
-        assert_eq!(like_prefix("a%b_c\\"), "a\\%b\\_c\\\\%");
+    fn only_a_hex_filter_is_a_hash_prefix_range() {
+        assert_eq!(
+            hex_range("3C7d"),
+            Some(("3c7d".to_owned(), "3c7dg".to_owned()))
+        );
+        assert_eq!(hex_range("session-1"), None);
+        assert_eq!(hex_range("a%"), None);
     }
 }

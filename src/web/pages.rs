@@ -46,19 +46,15 @@ pub struct ListParams {
 
 fn list_href(sort: SortBy, ascending: bool, filter: &str, offset: i64) -> String {
     let dir = if ascending { "asc" } else { "desc" };
-    let query = serde_urlencoded_pairs(&[
-        ("sort", sort.name()),
-        ("dir", dir),
-        ("q", filter),
-        ("offset", &offset.to_string()),
-    ]);
+    let query = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs([
+            ("sort", sort.name()),
+            ("dir", dir),
+            ("q", filter),
+            ("offset", &offset.to_string()),
+        ])
+        .finish();
     format!("/admin/?{query}")
-}
-
-fn serde_urlencoded_pairs(pairs: &[(&str, &str)]) -> String {
-    url::form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(pairs)
-        .finish()
 }
 
 pub async fn conversations(

@@ -4,7 +4,8 @@
 //! screenshot of the conversation page in `target/admin-conversation.png`.
 
 use crate::helpers::admin::{
-    conversation_links, run_until_three_summaries, spawn_admin_app, wait_for, ADMIN_TOKEN,
+    conversation_links, post_labelled, run_until_three_summaries, spawn_admin_app, wait_for,
+    ADMIN_TOKEN,
 };
 use crate::helpers::agent::{Agent, Dialect};
 use crate::helpers::app::{TestApp, OPENAI_KEY};
@@ -47,16 +48,7 @@ async fn post_script_message(app: &TestApp) {
     let body = json!({"model": "gpt-4o-mini", "messages": [
         {"role": "system", "content": "You review HTML."},
         {"role": "user", "content": "<script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\">"}]});
-    let response = app
-        .client
-        .post(app.url("/v1/chat/completions"))
-        .bearer_auth(OPENAI_KEY)
-        .header("x-conversation-id", "html-review")
-        .json(&body)
-        .send()
-        .await
-        .expect("answers");
-    assert_eq!(response.status(), 200);
+    post_labelled(app, OPENAI_KEY, "html-review", &body).await;
 }
 
 #[tokio::test]

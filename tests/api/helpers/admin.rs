@@ -1,7 +1,7 @@
 //! The operator page as a script sees it: the proxy with an admin token,
 //! requests with and without it, and waiting for the background recorder.
 
-use super::agent::{filler, Agent};
+use super::agent::Agent;
 use super::app::{spawn_app_with, Options, TestApp};
 use super::db::TestBackend;
 use serde_json::json;
@@ -67,30 +67,31 @@ pub fn first_conversation_link(list_html: &str) -> String {
         .expect("the list links to a conversation")
 }
 
-/// The agent's turns, one request at a time, stopping right after the
-/// request that made the third summary.
+/// The agent's turns, stopping right after the request that made the
+/// third summary.
 pub async fn run_until_three_summaries(app: &TestApp, agent: &mut Agent) {
+    let three = |app: &TestApp| app.upstream.summary_requests().len() >= 3;
     for turn in 1..=40 {
-        agent.say(&format!("Turn {turn}: inspect module {turn}. [tools]"));
-        for round in 0..=agent.rounds_per_turn {
-            let step = agent.send(app).await;
+        for step in agent.turn_until(app, turn, three).await {
             assert_eq!(step.status, 200, "turn {turn}: {}", step.body);
-            if app.upstream.summary_requests().len() >= 3 {
-                return;
-            }
-            if !step.body["choices"][0]["message"]["tool_calls"].is_array() {
-                break;
-            }
-            let more = if round + 1 < agent.rounds_per_turn {
-                "[more]"
-            } else {
-                "done"
-            };
-            let filler = filler(agent.result_bytes, turn * 100 + round);
-            agent.answer_tools(&format!(
-                "contents of module {turn} round {round} {more} {filler}"
-            ));
+        }
+        if three(app) {
+            return;
         }
     }
     panic!("fewer than three summaries after 40 turns");
+}
+
+/// `POST /v1/chat/completions` of `body` as `key`, labelled `label`.
+pub async fn post_labelled(app: &TestApp, key: &str, label: &str, body: &serde_json::Value) {
+    let response = app
+        .client
+        .post(app.url("/v1/chat/completions"))
+        .bearer_auth(key)
+        .header("x-conversation-id", label)
+        .json(body)
+        .send()
+        .await
+        .expect("proxy answers");
+    assert_eq!(response.status(), 200, "{label}");
 }
