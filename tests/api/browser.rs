@@ -90,6 +90,10 @@ async fn a_browser_sees_the_sawtooth_with_three_compaction_marks_and_three_summa
         .click()
         .await
         .expect("submits");
+    b.wait()
+        .for_element(Locator::Id("conversations"))
+        .await
+        .expect("the list opens after logging in");
     assert_eq!(
         count(b, "#conversations tbody tr").await,
         2,
