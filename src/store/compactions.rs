@@ -1,6 +1,6 @@
 //! Compactions: which prefix of a chain a summary stands for.
 
-use super::rows::{hash_column, now_ms, push_placeholders, HASH_CHUNK};
+use super::rows::{hash_column, push_placeholders, HASH_CHUNK};
 use super::{Result, Store};
 use crate::conversation::{ChainHash, TenantId, TrimRecord};
 use sqlx::any::AnyRow;
@@ -153,12 +153,7 @@ impl Store {
                 .map_err(|e| sqlx::Error::Encode(Box::new(e)))?,
         )
         .bind(compaction.duration_ms)
-        // Planned compactions leave their time unset (0): the row is
-        // stamped with the time it is stored.
-        .bind(match compaction.created_at_ms {
-            0 => now_ms(),
-            at => at,
-        })
+        .bind(compaction.created_at_ms)
         .execute(&self.pool)
         .await?;
         Ok(result.rows_affected() == 1)
