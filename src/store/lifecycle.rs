@@ -70,17 +70,11 @@ impl Deleted {
     }
 }
 
-/// `(tenant, root)` of each row.
-fn tenant_roots(rows: &[sqlx::any::AnyRow]) -> Result<Vec<(TenantId, ChainHash)>> {
-    rows.iter()
-        .map(|row| {
-            Ok((
-                TenantId::from_stored(row.try_get("tenant")?),
-                hash_column(row, "root")?,
-            ))
-        })
-        .collect()
-}
+const IDLE_SQL: &str = "select tenant, root from conversations where last_activity < $1 \
+     order by last_activity limit $2";
+
+const UNPRUNED_SQL: &str = "select tenant, root from conversations \
+     where branches > 1 and coalesce(pruned_at, 0) < $1 order by last_activity limit $2";
 
 impl Store {
     /// A transaction that will write. SQLite's default deferred one starts
@@ -136,15 +130,7 @@ impl Store {
         before_ms: i64,
         limit: i64,
     ) -> Result<Vec<(TenantId, ChainHash)>> {
-        let rows = sqlx::query(
-            "select tenant, root from conversations where last_activity < $1 \
-             order by last_activity limit $2",
-        )
-        .bind(before_ms)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        tenant_roots(&rows)
+        self.conversations_by(IDLE_SQL, before_ms, limit).await
     }
 
     /// Up to `limit` branched conversations not pruned since `before_ms`.
@@ -153,16 +139,28 @@ impl Store {
         before_ms: i64,
         limit: i64,
     ) -> Result<Vec<(TenantId, ChainHash)>> {
-        let rows = sqlx::query(
-            "select tenant, root from conversations \
-             where branches > 1 and coalesce(pruned_at, 0) < $1 \
-             order by last_activity limit $2",
-        )
-        .bind(before_ms)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        tenant_roots(&rows)
+        self.conversations_by(UNPRUNED_SQL, before_ms, limit).await
+    }
+
+    async fn conversations_by(
+        &self,
+        sql: &'static str,
+        before_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<(TenantId, ChainHash)>> {
+        let rows = sqlx::query(sql)
+            .bind(before_ms)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    TenantId::from_stored(row.try_get("tenant")?),
+                    hash_column(row, "root")?,
+                ))
+            })
+            .collect()
     }
 
     /// Deletes the dead-end branches of one conversation whose messages are

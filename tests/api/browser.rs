@@ -135,5 +135,13 @@ async fn a_browser_sees_the_sawtooth_with_three_compaction_marks_and_three_summa
         json!(true)
     );
     assert_eq!(count(b, "#messages script, #messages img").await, 0);
+
+    b.goto(&app.url("/admin/overview")).await.expect("opens");
+    assert_eq!(count(b, "#totals").await, 1, "the overview opens");
+    assert_eq!(
+        count(b, "#triggers tbody tr").await,
+        2,
+        "overflow and proactive"
+    );
     browser.close().await;
 }

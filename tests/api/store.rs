@@ -7,6 +7,7 @@ mod connection;
 mod coordination;
 mod messages;
 mod prune;
+mod requests;
 
 use condenser::conversation::{ChainHash, TenantId};
 use condenser::store::{Compaction, NewMessage, Store};
