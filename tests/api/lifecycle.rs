@@ -2,7 +2,7 @@
 //! everything that names them, newer ones stay; a tenant's deletion leaves
 //! no row with its digest; one conversation can be deleted by id.
 
-use crate::helpers::admin::{spawn_admin_app, wait_for};
+use crate::helpers::admin::{post_labelled, spawn_admin_app, wait_for};
 use crate::helpers::agent::{Agent, Dialect};
 use crate::helpers::app::{TestApp, ANTHROPIC_KEY, OPENAI_KEY};
 use crate::helpers::db::{both_backends, TestBackend};
@@ -22,6 +22,7 @@ both_backends!(
     conversations_idle_past_the_retention_are_deleted_and_newer_ones_kept,
     deleting_a_tenant_leaves_no_row_with_its_digest,
     one_conversation_is_deleted_by_its_id,
+    the_background_task_prunes_an_old_dead_end_and_keeps_the_live_branch,
 );
 
 /// One short conversation of `key`, labelled `label`, with its own system prompt.
@@ -213,4 +214,55 @@ async fn one_conversation_is_deleted_by_its_id(backend: TestBackend) {
     );
     assert_eq!(rows_of(&app, "doomed").await, [0, 0, 0]);
     assert_eq!(rows_of(&app, "kept").await, [2, 1, 1]);
+}
+
+async fn the_background_task_prunes_an_old_dead_end_and_keeps_the_live_branch(
+    backend: TestBackend,
+) {
+    let app = spawn_admin_app(
+        backend,
+        json!({"storage": {"prune_branches_after": "1h", "maintenance_interval": "100ms"}}),
+    )
+    .await;
+    let request = |last: &str| {
+        json!({"model": "gpt-4o-mini", "messages": [
+            {"role": "system", "content": "You answer questions."},
+            {"role": "user", "content": "first question"},
+            {"role": "user", "content": last}]})
+    };
+    // An edit of the last message: the first version is a dead end.
+    post_labelled(&app, OPENAI_KEY, "edited", &request("second question")).await;
+    wait_for(&app, "select count(*) from messages", 3).await;
+    post_labelled(
+        &app,
+        OPENAI_KEY,
+        "edited",
+        &request("second question, edited"),
+    )
+    .await;
+    wait_for(&app, "select count(*) from messages", 4).await;
+    wait_for(&app, "select branches from conversations", 2).await;
+    assert_eq!(app.db.count("select count(*) from messages").await, 4);
+
+    let pool = app.db.pool().await;
+    sqlx::query("update messages set created_at = created_at - 7200000")
+        .execute(&pool)
+        .await
+        .expect("backdating");
+    let mut left = 4;
+    for _ in 0..100 {
+        left = app.db.count("select count(*) from messages").await;
+        if left < 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    assert_eq!(left, 3, "the dead end is pruned");
+    let live = sqlx::query_scalar::<_, String>("select body from messages where position = 2")
+        .fetch_one(&pool)
+        .await
+        .expect("the live branch's tip");
+    assert!(live.contains("second question, edited"), "{live}");
+    assert_eq!(app.db.count("select branches from conversations").await, 1);
 }
