@@ -244,11 +244,17 @@ async fn the_background_task_prunes_an_old_dead_end_and_keeps_the_live_branch(
     wait_for(&app, "select branches from conversations", 2).await;
     assert_eq!(app.db.count("select count(*) from messages").await, 4);
 
+    // Two hours pass: every stored time moves back, including when the
+    // task last looked at the conversation (it may already have, and found
+    // nothing old enough).
     let pool = app.db.pool().await;
-    sqlx::query("update messages set created_at = created_at - 7200000")
-        .execute(&pool)
-        .await
-        .expect("backdating");
+    for sql in [
+        "update messages set created_at = created_at - 7200000",
+        "update conversations set pruned_at = pruned_at - 7200000, \
+         last_activity = last_activity - 7200000",
+    ] {
+        sqlx::query(sql).execute(&pool).await.expect("backdating");
+    }
     let mut left = 4;
     for _ in 0..100 {
         left = app.db.count("select count(*) from messages").await;
