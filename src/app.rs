@@ -38,6 +38,7 @@ impl Application {
         let listener = TcpListener::bind(settings.listen).await?;
         let shutdown_grace = settings.shutdown_grace;
         let state = AppState::new(settings).await?;
+        crate::maintenance::spawn(&state.storage, &state.settings.storage);
         let background = state.background.clone();
         Ok(Self {
             listener,

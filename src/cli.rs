@@ -1,5 +1,5 @@
 //! Command line: `condenser [serve]`, `check-config`, `migrate`,
-//! `healthcheck`, `conversations list|show`. Flags are the last configuration layer.
+//! `healthcheck`, `conversations list|show|delete`, `tenants delete`. Flags are the last configuration layer.
 
 use crate::config::LogFormat;
 use clap::{Parser, Subcommand};
@@ -39,9 +39,20 @@ pub enum Command {
     /// Ask a running instance's /healthz (at the configured listen address)
     /// and exit 0 when it answers 200: a container HEALTHCHECK without curl.
     Healthcheck,
-    /// Inspect stored conversations.
+    /// Inspect or delete stored conversations.
     #[command(subcommand)]
     Conversations(ConversationsCommand),
+    /// Delete what is stored for one credential.
+    #[command(subcommand)]
+    Tenants(TenantsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TenantsCommand {
+    /// Delete every conversation, compaction and figure stored under the
+    /// digest of the credential read from standard input (as sent in
+    /// `x-api-key`, or in `Authorization` with or without `Bearer `).
+    Delete,
 }
 
 #[derive(Debug, Subcommand)]
@@ -53,6 +64,11 @@ pub enum ConversationsCommand {
     },
     /// One conversation's chain: positions, roles, sizes, branches, compactions.
     Show {
+        /// A hash prefix of the conversation (or of any of its messages).
+        id: String,
+    },
+    /// Delete one conversation tree with its compactions and figures.
+    Delete {
         /// A hash prefix of the conversation (or of any of its messages).
         id: String,
     },

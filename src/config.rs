@@ -6,6 +6,7 @@
 //! aliases listed in [`ENV_ALIASES`].
 
 mod defaults;
+mod secret;
 mod validate;
 
 use crate::overflow::CustomSignature;
@@ -16,6 +17,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use secret::Secret;
 pub use validate::ConfigError;
 
 /// Documented environment variables and the setting each one sets.
@@ -32,6 +34,7 @@ pub const ENV_ALIASES: &[(&str, &str)] = &[
     ),
     ("CONDENSER_SUMMARY_MODEL", "compaction.summary_model"),
     ("CONDENSER_TENANT_SALT", "storage.tenant_salt"),
+    ("CONDENSER_ADMIN_TOKEN", "admin_token"),
 ];
 
 /// Where the default config file is looked for, relative to the working directory.
@@ -69,6 +72,9 @@ pub struct Settings {
     /// Known context windows in tokens, by model name.
     #[serde(default)]
     pub context_windows: BTreeMap<String, u64>,
+    /// Opens the operator page at `/admin/`; unset (or empty), it is a 404.
+    #[serde(default)]
+    pub admin_token: Option<Secret>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -121,6 +127,16 @@ pub struct StorageSettings {
     /// Mixed into tenant digests so they mean nothing outside this deployment.
     #[serde(default)]
     pub tenant_salt: String,
+    /// Conversations idle longer than this are deleted; unset keeps them.
+    #[serde(default, with = "humantime_serde")]
+    pub retention: Option<Duration>,
+    /// Dead-end branches whose every message is older than this are
+    /// deleted; unset keeps them.
+    #[serde(default, with = "humantime_serde")]
+    pub prune_branches_after: Option<Duration>,
+    /// How often one instance runs retention and pruning.
+    #[serde(default = "defaults::maintenance_interval", with = "humantime_serde")]
+    pub maintenance_interval: Duration,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -39,7 +39,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
             eprintln!("configuration is valid:\n{settings:#?}");
         }
         Command::Healthcheck => condenser::admin::healthcheck(settings.listen).await?,
-        Command::Migrate | Command::Conversations(_) => {
+        Command::Migrate | Command::Conversations(_) | Command::Tenants(_) => {
             condenser::admin::run(command, &settings).await?
         }
     }

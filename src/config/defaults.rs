@@ -48,6 +48,9 @@ pub fn acquire_timeout() -> Duration {
 pub fn degraded_retry() -> Duration {
     Duration::from_secs(5)
 }
+pub fn maintenance_interval() -> Duration {
+    Duration::from_secs(300)
+}
 pub fn max_compactions() -> u32 {
     2
 }
@@ -95,6 +98,9 @@ impl Default for super::StorageSettings {
             allow_degraded_start: false,
             degraded_retry: degraded_retry(),
             tenant_salt: String::new(),
+            retention: None,
+            prune_branches_after: None,
+            maintenance_interval: maintenance_interval(),
         }
     }
 }

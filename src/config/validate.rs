@@ -89,8 +89,26 @@ impl Settings {
                 "must be at least 1024",
             ));
         }
+        self.validate_operations()?;
         crate::overflow::SignatureTable::with_custom(&self.overflow_signatures)
             .map_err(|error| ConfigError::invalid("overflow_signatures", error.to_string()))?;
+        Ok(())
+    }
+
+    fn validate_operations(&self) -> Result<(), ConfigError> {
+        let token = self.admin_token.as_ref().map_or("", |t| t.expose());
+        if !token.is_empty() && token.len() < 16 {
+            return Err(ConfigError::invalid(
+                "admin_token",
+                "must be at least 16 characters",
+            ));
+        }
+        if self.storage.maintenance_interval.is_zero() {
+            return Err(ConfigError::invalid(
+                "storage.maintenance_interval",
+                "must be more than zero",
+            ));
+        }
         Ok(())
     }
 

@@ -16,7 +16,8 @@ pub struct Conversation {
     /// `h_0` (the system part) then one hash per message: `chain[i]` ends
     /// with message `i` (1-based), so `chain.len() == messages + 1`.
     pub chain: Vec<ChainHash>,
-    /// `x-conversation-id`: a label for people, never an identity.
+    /// `x-conversation-id` or a client's session header: a label for
+    /// people, never an identity.
     pub label: Option<String>,
 }
 

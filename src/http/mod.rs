@@ -16,6 +16,7 @@ pub fn router(state: AppState) -> Router {
         .with_state(crate::metrics::handle());
     Router::new()
         .merge(ops::router())
+        .merge(crate::web::router(state.clone()))
         .fallback(proxy)
         .with_state(state)
         .merge(metrics)

@@ -71,6 +71,7 @@ impl Exchange {
         loop {
             let body = self.upstream_body(applied.as_ref());
             let sent_bytes = body.len();
+            self.report.sent_bytes = sent_bytes;
             self.report.compacted_messages = applied.as_ref().map(|c| c.prefix_len);
             if let Some(signal) = self.certain_overflow(sent_bytes) {
                 if budget.try_spend() {
@@ -107,6 +108,7 @@ impl Exchange {
                 };
             metrics::counter!("condenser_overflows_total", "signature" => signal.signature.clone())
                 .increment(1);
+            self.report.overflows += 1;
             tracing::info!(overflow.signature = %signal.signature, overflow.cause = ?signal.cause, limit = ?signal.limit, actual = ?signal.actual, "upstream reported context overflow");
             let (upstream, model) = (&self.route.upstream.name, &self.request.model);
             self.state
@@ -170,7 +172,7 @@ impl Exchange {
     }
 
     /// Relays a response that needs no compaction, learning from its usage.
-    fn relay(self, inspected: Inspected, sent_bytes: usize) -> (Response, Report) {
+    fn relay(mut self, inspected: Inspected, sent_bytes: usize) -> (Response, Report) {
         let tap = UsageTap {
             sizes: self.state.sizes.clone(),
             adapter: self.adapter,
@@ -180,7 +182,9 @@ impl Exchange {
             requested_output: self.adapter.max_output_tokens(&self.request).unwrap_or(0),
         };
         let idle = self.state.upstream.idle_timeout();
-        let response = respond::relayed(inspected, idle, Some((tap, &self.state.background)));
+        let (response, usage) =
+            respond::relayed(inspected, idle, Some((tap, &self.state.background)));
+        self.report.usage = usage;
         self.finish(response)
     }
 

@@ -4,6 +4,16 @@ use crate::conversation::{ChainHash, Conversation, TenantId};
 use crate::protocol::{Adapter, ChatRequest};
 use http::HeaderMap;
 
+/// Headers that name a conversation for people, first found wins: the
+/// explicit one, then the session ids clients already send (Claude Code,
+/// opencode, Codex; see reference/clients.md).
+const LABEL_HEADERS: [&str; 4] = [
+    "x-conversation-id",
+    "x-claude-code-session-id",
+    "x-session-id",
+    "session-id",
+];
+
 /// Step 2 of the data flow: the tenant from the credential, the chain from
 /// the canonical messages.
 pub fn conversation(
@@ -20,9 +30,9 @@ pub fn conversation(
         link = link.next(&adapter.canonical(message));
         chain.push(link);
     }
-    let label = headers
-        .get("x-conversation-id")
-        .and_then(|value| value.to_str().ok())
+    let label = LABEL_HEADERS
+        .iter()
+        .find_map(|name| headers.get(*name)?.to_str().ok())
         .map(|value| value.chars().take(200).collect());
     Conversation {
         tenant,

@@ -7,6 +7,7 @@ mod exchange;
 pub mod identify;
 mod inspect;
 mod keepalive;
+mod observe;
 pub mod persist;
 mod respond;
 pub mod rewrite;
@@ -61,6 +62,7 @@ pub async fn handle(state: &AppState, route: Route, request: Request) -> Respons
         &conversation,
         &chat,
     );
+    let observed = observe::Observed::new(state, &route.upstream.name, &chat.model, &conversation);
     let stream = chat.stream;
     let exchange = Exchange::new(
         state.clone(),
@@ -75,9 +77,11 @@ pub async fn handle(state: &AppState, route: Route, request: Request) -> Respons
     let (compacting_tx, compacting_rx) = tokio::sync::watch::channel(false);
     // Spawned for plain and streaming requests alike: a client that hangs up
     // mid-compaction must not cancel the summary its retry will reuse.
-    let work = state
-        .background
-        .spawn(exchange.run(Some(compacting_tx)).in_current_span());
+    let work = state.background.spawn(
+        observed
+            .after(exchange.run(Some(compacting_tx)))
+            .in_current_span(),
+    );
     // Keep-alives are for event streams; a plain client just waits.
     let keepalive_interval = if stream {
         state.settings.compaction.keepalive_interval

@@ -3,6 +3,7 @@
 
 use super::inspect::{is_event_stream, Inspected};
 use super::usage::UsageTap;
+use crate::protocol::Usage;
 use crate::upstream::{headers, relay};
 use axum::body::Body;
 use axum::response::Response;
@@ -10,15 +11,22 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use std::time::Duration;
+use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
-/// What Condenser did for one request, reported in response headers.
-#[derive(Debug, Default, Clone)]
+/// What Condenser did for one request, reported in response headers and
+/// recorded for the operator page.
+#[derive(Debug, Default)]
 pub struct Report {
     pub compactions: u32,
     pub compacted_messages: Option<i64>,
     pub degraded: bool,
     pub compaction_error: Option<&'static str>,
+    pub overflows: u32,
+    /// Size of the body last sent upstream.
+    pub sent_bytes: usize,
+    /// The usage read off a relayed response, once it has been read.
+    pub usage: Option<JoinHandle<Option<Usage>>>,
 }
 
 impl Report {
@@ -46,12 +54,12 @@ impl Report {
 }
 
 /// The response for the client; a successful one's usage is read on the
-/// side when `usage` says for which request.
+/// side when `usage` says for which request, and resolves in the handle.
 pub fn relayed(
     inspected: Inspected,
     idle: Duration,
     usage: Option<(UsageTap, &TaskTracker)>,
-) -> Response {
+) -> (Response, Option<JoinHandle<Option<Usage>>>) {
     match inspected {
         Inspected::Relay {
             response,
@@ -63,13 +71,14 @@ pub fn relayed(
             let rest = relay::body_stream(response, idle);
             let first = futures_util::stream::iter(first_chunk.map(Ok));
             let body = first.chain(rest);
-            let body = match usage.filter(|_| status.is_success()) {
+            let (body, read) = match usage.filter(|_| status.is_success()) {
                 Some((tap, background)) => {
-                    Body::from_stream(super::usage::tap(body, event_stream, tap, background).0)
+                    let (body, read) = super::usage::tap(body, event_stream, tap, background);
+                    (Body::from_stream(body), Some(read))
                 }
-                None => Body::from_stream(body),
+                None => (Body::from_stream(body), None),
             };
-            with_parts(status, headers, body)
+            (with_parts(status, headers, body), read)
         }
         Inspected::Error {
             status,
@@ -81,7 +90,7 @@ pub fn relayed(
             headers,
             body,
             ..
-        } => buffered(status, &headers, body),
+        } => (buffered(status, &headers, body), None),
     }
 }
 

@@ -161,18 +161,27 @@ impl Store {
             Some(row) => hash_column(&row, "hash")?,
             None => hash,
         };
+        Ok(Some(self.conversation_tree(tenant, root).await?))
+    }
+
+    /// The tree under `root` of `tenant`, with its compactions.
+    pub async fn conversation_tree(
+        &self,
+        tenant: TenantId,
+        root: ChainHash,
+    ) -> Result<ConversationDetail> {
         let messages = sqlx::query_as(TREE_SQL)
             .bind(tenant.as_str())
             .bind(root.to_hex())
             .fetch_all(&self.pool)
             .await?;
         let compactions = self.tree_compactions(&tenant, &root).await?;
-        Ok(Some(ConversationDetail {
+        Ok(ConversationDetail {
             tenant,
             root,
             messages,
             compactions,
-        }))
+        })
     }
 
     async fn find_message(&self, id_prefix: &str) -> Result<Option<(TenantId, ChainHash)>> {

@@ -17,8 +17,13 @@ mod connect;
 mod conversations;
 mod degradable;
 mod leases;
+mod lifecycle;
 mod limits;
+mod listing;
 mod messages;
+mod overview;
+pub mod prune;
+mod requests;
 mod rows;
 mod text;
 
@@ -26,9 +31,14 @@ pub use admin::{render_detail, render_list};
 pub use compactions::Compaction;
 pub use conversations::{ConversationDetail, ConversationSummary, MessageNode};
 pub use degradable::Storage;
+pub use lifecycle::Deleted;
 pub use limits::StoredSize;
+pub use listing::{ConversationRow, ListQuery, SortBy, MAX_PAGE};
 pub use messages::NewMessage;
+pub use overview::{LearnedWindow, MessageText, Overview};
+pub use requests::{RequestPoint, RequestRecord, REQUESTS_KEPT};
 pub use rows::now_ms;
+pub use text::{human_bytes, short_hash, short_tenant, utc_time};
 
 use sqlx::AnyPool;
 use std::time::Duration;

@@ -6,17 +6,17 @@ use crate::conversation::{ChainHash, TenantId};
 /// `conversations show`, short enough to keep tenants opaque.
 const ID_CHARS: usize = 12;
 
-pub(super) fn short_hash(hash: &ChainHash) -> String {
+pub fn short_hash(hash: &ChainHash) -> String {
     hash.to_hex()[..ID_CHARS].to_owned()
 }
 
-pub(super) fn short_tenant(tenant: &TenantId) -> String {
+pub fn short_tenant(tenant: &TenantId) -> String {
     let digest = tenant.as_str();
     digest.get(..ID_CHARS).unwrap_or(digest).to_owned()
 }
 
 /// `85 B`, `1.9 KB`, `3.2 MB` (binary units).
-pub(super) fn human_bytes(bytes: i64) -> String {
+pub fn human_bytes(bytes: i64) -> String {
     const UNITS: [&str; 4] = ["KB", "MB", "GB", "TB"];
     if bytes < 1024 {
         return format!("{bytes} B");
@@ -32,7 +32,7 @@ pub(super) fn human_bytes(bytes: i64) -> String {
 
 /// `2026-11-22 10:31:07Z` from unix milliseconds, in UTC so every operator
 /// reads the same time.
-pub(super) fn utc_time(unix_ms: i64) -> String {
+pub fn utc_time(unix_ms: i64) -> String {
     let seconds = unix_ms.div_euclid(1000);
     let (days, second_of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
     let (year, month, day) = civil_from_days(days);

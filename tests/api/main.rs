@@ -1,7 +1,9 @@
 //! One integration binary (faster to link than one per file), one module per
 //! stage of the request, as in DESIGN.md.
 
+mod admin;
 mod anthropic;
+mod browser;
 mod codex;
 mod compaction;
 mod disconnects;
@@ -9,6 +11,7 @@ mod failures;
 mod fleet;
 mod forwarding;
 mod helpers;
+mod lifecycle;
 mod persistence;
 mod process;
 mod realllm;

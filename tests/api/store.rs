@@ -6,6 +6,8 @@ mod compactions;
 mod connection;
 mod coordination;
 mod messages;
+mod prune;
+mod requests;
 
 use condenser::conversation::{ChainHash, TenantId};
 use condenser::store::{Compaction, NewMessage, Store};

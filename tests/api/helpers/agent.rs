@@ -170,13 +170,24 @@ impl Agent {
 
     /// One user turn with its tool rounds; returns every step's outcome.
     pub async fn turn(&mut self, app: &TestApp, number: usize) -> Vec<Step> {
+        self.turn_until(app, number, |_| false).await
+    }
+
+    /// Like [`Agent::turn`], ending early after the first step at which
+    /// `stop` holds.
+    pub async fn turn_until(
+        &mut self,
+        app: &TestApp,
+        number: usize,
+        stop: impl Fn(&TestApp) -> bool,
+    ) -> Vec<Step> {
         self.say(&format!("Turn {number}: inspect module {number}. [tools]"));
         let mut steps = Vec::new();
         for round in 0..=self.rounds_per_turn {
             let step = self.send(app).await;
             let status = step.status;
             steps.push(step);
-            if status != 200 || self.pending_calls().is_empty() {
+            if status != 200 || self.pending_calls().is_empty() || stop(app) {
                 break;
             }
             let more = if round + 1 < self.rounds_per_turn {

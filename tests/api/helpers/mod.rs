@@ -1,8 +1,10 @@
 //! Shared test harness: real databases, the real proxy on a random port, and
 //! the strict fake upstream.
 
+pub mod admin;
 pub mod agent;
 pub mod app;
+pub mod browser;
 pub mod db;
 pub mod fixtures;
 pub mod fleet;

@@ -1,0 +1,83 @@
+//! Recording what each chat request did, for the operator page: the tokens
+//! the upstream saw (estimated before sending, and as its usage reported),
+//! and the compactions and overflows on the way. Written in the background
+//! once the usage is known, never on the request path.
+
+use super::respond::Report;
+use crate::conversation::Conversation;
+use crate::state::AppState;
+use crate::store::RequestRecord;
+use axum::response::Response;
+use std::future::Future;
+
+/// What is known of a request before it is sent.
+pub struct Observed {
+    id: uuid::Uuid,
+    arrived_at_ms: i64,
+    state: AppState,
+    upstream: String,
+    model: String,
+    conversation: Conversation,
+}
+
+impl Observed {
+    pub fn new(state: &AppState, upstream: &str, model: &str, conversation: &Conversation) -> Self {
+        Self {
+            id: uuid::Uuid::now_v7(),
+            arrived_at_ms: crate::store::now_ms(),
+            state: state.clone(),
+            upstream: upstream.to_owned(),
+            model: model.to_owned(),
+            conversation: conversation.clone(),
+        }
+    }
+
+    /// Runs `exchange` and records its outcome on the side.
+    pub async fn after(
+        self,
+        exchange: impl Future<Output = (Response, Report)>,
+    ) -> (Response, Report) {
+        let (response, mut report) = exchange.await;
+        let status = response.status().as_u16();
+        let usage = report.usage.take();
+        let known = self.state.sizes.get(&self.upstream, &self.model);
+        let estimated = known
+            .calibration
+            .unwrap_or_default()
+            .tokens(report.sent_bytes);
+        let mut record = RequestRecord {
+            id: self.id,
+            arrived_at_ms: self.arrived_at_ms,
+            tenant: self.conversation.tenant,
+            chain: self.conversation.chain,
+            label: self.conversation.label,
+            model: self.model,
+            upstream: self.upstream,
+            status: i64::from(status),
+            sent_bytes: report.sent_bytes as i64,
+            estimated_tokens: estimated as i64,
+            upstream_input_tokens: None,
+            window_tokens: known.window_tokens().map(|w| w as i64),
+            compacted_messages: report.compacted_messages,
+            compactions: i64::from(report.compactions),
+            overflows: i64::from(report.overflows),
+            compaction_error: report.compaction_error.map(str::to_owned),
+            degraded: report.degraded,
+        };
+        let storage = self.state.storage.clone();
+        self.state.background.spawn(async move {
+            if let Some(usage) = usage {
+                // Resolves when the client's stream has been relayed whole.
+                let input = usage.await.ok().flatten().map(|u| u.input_tokens as i64);
+                record.upstream_input_tokens = input;
+            }
+            let record = &record;
+            storage
+                .run("record_request", |s| async move {
+                    s.record_request(record).await
+                })
+                .await;
+        });
+        (response, report)
+    }
+}
