@@ -49,6 +49,31 @@ fn overflowing_conversation(n: usize) -> serde_json::Value {
     agent.request()
 }
 
+/// `size` instances against `upstream`, with 300-token summaries and the
+/// `extra` settings.
+async fn summarizing_fleet(size: usize, upstream: &FakeUpstream, extra: &[(&str, &str)]) -> Fleet {
+    let base_url = upstream.openai_base_url();
+    let mut env = vec![
+        ("CONDENSER_OPENAI_BASE_URL", base_url.as_str()),
+        ("CONDENSER_SUMMARY_MAX_TOKENS", "300"),
+    ];
+    env.extend_from_slice(extra);
+    Fleet::start(size, &env).await
+}
+
+/// Kills `instance` while it holds a summary call (the upstream's summary
+/// delay must outlast the half second waited after the overflow).
+async fn kill_mid_summary(instance: &crate::helpers::process::ProxyProcess) {
+    while !instance
+        .log_text()
+        .contains("upstream reported context overflow")
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    instance.signal("KILL");
+}
+
 async fn post(
     client: &reqwest::Client,
     url: String,
@@ -66,13 +91,12 @@ async fn post(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_overflows_through_nginx_make_one_summary() {
     let upstream = fake(Duration::from_millis(1500)).await;
-    let env = [
-        ("CONDENSER_OPENAI_BASE_URL", upstream.openai_base_url()),
-        ("CONDENSER_SUMMARY_MAX_TOKENS", "300".into()),
-        ("CONDENSER__COMPACTION__KEEP_SHARE", "0.7".into()),
-    ];
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let fleet = Fleet::start(3, &env).await;
+    let fleet = summarizing_fleet(
+        3,
+        &upstream,
+        &[("CONDENSER__COMPACTION__KEEP_SHARE", "0.7")],
+    )
+    .await;
     let client = reqwest::Client::new();
     let body = overflowing_request();
     let requests = (0..12).map(|_| post(&client, fleet.url("/v1/chat/completions"), &body));
@@ -124,13 +148,8 @@ async fn concurrent_overflows_through_nginx_make_one_summary() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_summarizer_killed_holding_the_lease_is_replaced_after_expiry() {
     let upstream = fake(Duration::from_secs(3)).await;
-    let env = [
-        ("CONDENSER_OPENAI_BASE_URL", upstream.openai_base_url()),
-        ("CONDENSER__COMPACTION__LEASE_TTL", "2s".to_string()),
-        ("CONDENSER_SUMMARY_MAX_TOKENS", "300".into()),
-    ];
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let fleet = Fleet::start(2, &env).await;
+    let fleet =
+        summarizing_fleet(2, &upstream, &[("CONDENSER__COMPACTION__LEASE_TTL", "2s")]).await;
     let client = reqwest::Client::new();
     let body = overflowing_request();
     let doomed = client
@@ -141,14 +160,7 @@ async fn a_summarizer_killed_holding_the_lease_is_replaced_after_expiry() {
     let doomed = tokio::spawn(doomed);
     // Instance 0 holds the lease once it reports the overflow; its summary
     // call then sleeps 3 s at the upstream.
-    while !fleet.instances[0]
-        .log_text()
-        .contains("upstream reported context overflow")
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    fleet.instances[0].signal("KILL");
+    kill_mid_summary(&fleet.instances[0]).await;
     if let Ok(response) = doomed.await.expect("joins") {
         panic!(
             "the killed instance's client got an answer instead of a dropped connection: {} {:?}",
@@ -213,13 +225,12 @@ async fn a_rolling_restart_loses_no_request_and_no_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_conversations_under_one_key_compact_side_by_side() {
     let upstream = fake(Duration::from_secs(2)).await;
-    let env = [
-        ("CONDENSER_OPENAI_BASE_URL", upstream.openai_base_url()),
-        ("CONDENSER_SUMMARY_MAX_TOKENS", "300".into()),
-        ("CONDENSER__COMPACTION__KEEP_SHARE", "0.7".into()),
-    ];
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let fleet = Fleet::start(3, &env).await;
+    let fleet = summarizing_fleet(
+        3,
+        &upstream,
+        &[("CONDENSER__COMPACTION__KEEP_SHARE", "0.7")],
+    )
+    .await;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(120))
         .build()
@@ -249,14 +260,11 @@ async fn twenty_conversations_under_one_key_compact_side_by_side() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_summary_slower_than_the_lease_ttl_is_written_once() {
     let upstream = fake(Duration::from_secs(4)).await;
-    let env = [
-        ("CONDENSER_OPENAI_BASE_URL", upstream.openai_base_url()),
-        ("CONDENSER__COMPACTION__LEASE_TTL", "1s".to_string()),
-        ("CONDENSER_SUMMARY_MAX_TOKENS", "300".into()),
-        ("CONDENSER__COMPACTION__KEEP_SHARE", "0.7".into()),
+    let settings = [
+        ("CONDENSER__COMPACTION__LEASE_TTL", "1s"),
+        ("CONDENSER__COMPACTION__KEEP_SHARE", "0.7"),
     ];
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let fleet = Fleet::start(3, &env).await;
+    let fleet = summarizing_fleet(3, &upstream, &settings).await;
     let client = reqwest::Client::new();
     let body = overflowing_request();
     let requests = fleet
@@ -306,14 +314,7 @@ async fn a_restart_after_a_kill_mid_summary_does_not_wait_for_the_dead_lease() {
             .json(&body)
             .send(),
     );
-    while !killed
-        .log_text()
-        .contains("upstream reported context overflow")
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    killed.signal("KILL");
+    kill_mid_summary(&killed).await;
     let _ = doomed.await;
     drop(killed);
 
