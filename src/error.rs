@@ -19,6 +19,10 @@ pub enum ProxyError {
     BodyTooLarge { limit: usize },
     #[error("could not read the request body: {0}")]
     BodyRead(String),
+    #[error("{0} is not supported: Condenser forwards API requests, not tunnels")]
+    MethodNotAllowed(&'static str),
+    #[error("request target not forwarded: {0}")]
+    BadTarget(&'static str),
 }
 
 impl ProxyError {
@@ -27,7 +31,8 @@ impl ProxyError {
             Self::UpstreamUnreachable { .. } => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::BodyRead(_) => StatusCode::BAD_REQUEST,
+            Self::BodyRead(_) | Self::BadTarget(_) => StatusCode::BAD_REQUEST,
+            Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
         }
     }
 
@@ -39,6 +44,8 @@ impl ProxyError {
             Self::UpstreamIdle { .. } => "upstream_idle",
             Self::BodyTooLarge { .. } => "body_too_large",
             Self::BodyRead(_) => "body_read",
+            Self::MethodNotAllowed(_) => "method_not_allowed",
+            Self::BadTarget(_) => "bad_request_target",
         }
     }
 
@@ -61,7 +68,10 @@ impl ProxyError {
 
     fn openai_type(&self) -> &'static str {
         match self {
-            Self::BodyTooLarge { .. } | Self::BodyRead(_) => "invalid_request_error",
+            Self::BodyTooLarge { .. }
+            | Self::BodyRead(_)
+            | Self::MethodNotAllowed(_)
+            | Self::BadTarget(_) => "invalid_request_error",
             _ => "api_error",
         }
     }
@@ -69,7 +79,9 @@ impl ProxyError {
     fn anthropic_type(&self) -> &'static str {
         match self {
             Self::BodyTooLarge { .. } => "request_too_large",
-            Self::BodyRead(_) => "invalid_request_error",
+            Self::BodyRead(_) | Self::MethodNotAllowed(_) | Self::BadTarget(_) => {
+                "invalid_request_error"
+            }
             Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => "timeout_error",
             Self::UpstreamUnreachable { .. } => "api_error",
         }

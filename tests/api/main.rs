@@ -11,6 +11,7 @@ mod failures;
 mod fleet;
 mod forwarding;
 mod helpers;
+mod hostile;
 mod lifecycle;
 mod persistence;
 mod process;
