@@ -4,7 +4,9 @@
 //! 1. `SetRequestId`: takes the client's `x-request-id` or makes a UUID.
 //! 2. `Trace`: one span per request carrying `request_id`, so every log line
 //!    inside the request has it; logs status and latency at the end.
-//! 3. `PropagateRequestId`: echoes `x-request-id` on the response.
+//! 3. `echo_request_id`: echoes the request's `x-request-id` on every
+//!    response; an upstream's own `x-request-id` moves to
+//!    `x-upstream-request-id`.
 //! 4. `log_proxy_errors`: logs a [`ProxyErrorLog`] the handler attached to
 //!    its response extensions (handlers render, this layer logs).
 
@@ -20,9 +22,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tower::ServiceBuilder;
-use tower_http::request_id::{
-    MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
-};
+use tower_http::request_id::{MakeRequestUuid, RequestId, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
 pub struct Application {
@@ -109,7 +109,7 @@ fn with_layers(router: Router) -> Router {
         ServiceBuilder::new()
             .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
             .layer(TraceLayer::new_for_http().make_span_with(request_span))
-            .layer(PropagateRequestIdLayer::x_request_id())
+            .layer(middleware::from_fn(echo_request_id))
             .layer(middleware::from_fn(log_proxy_errors)),
     )
 }
@@ -123,6 +123,30 @@ fn request_span(request: &Request) -> tracing::Span {
         .unwrap_or_default();
     tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id = %request_id)
 }
+
+/// The client's id is the one echoed, whatever the upstream answered: an
+/// upstream that sets its own (OpenAI does) would otherwise replace it, and
+/// the client could no longer find its request in Condenser's logs.
+async fn echo_request_id(request: Request, next: Next) -> Response {
+    let id = request
+        .extensions()
+        .get::<RequestId>()
+        .map(|id| id.header_value().clone());
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    if let Some(upstream_id) = headers.remove(X_REQUEST_ID) {
+        if Some(&upstream_id) != id.as_ref() {
+            headers.insert(X_UPSTREAM_REQUEST_ID, upstream_id);
+        }
+    }
+    if let Some(id) = id {
+        headers.insert(X_REQUEST_ID, id);
+    }
+    response
+}
+
+const X_REQUEST_ID: &str = "x-request-id";
+const X_UPSTREAM_REQUEST_ID: &str = "x-upstream-request-id";
 
 async fn log_proxy_errors(request: Request, next: Next) -> Response {
     let response = next.run(request).await;

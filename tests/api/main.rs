@@ -16,6 +16,7 @@ mod lifecycle;
 mod persistence;
 mod process;
 mod realllm;
+mod relaying;
 mod responses;
 mod sdk;
 mod sizing;
