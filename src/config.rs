@@ -6,6 +6,7 @@
 //! aliases listed in [`ENV_ALIASES`].
 
 mod defaults;
+mod redact;
 mod secret;
 mod validate;
 

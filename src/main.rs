@@ -36,7 +36,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
             app.run_until_stopped().await?;
         }
         Command::CheckConfig => {
-            eprintln!("configuration is valid:\n{settings:#?}");
+            eprintln!("configuration is valid:\n{:#?}", settings.redacted());
         }
         Command::Healthcheck => condenser::admin::healthcheck(settings.listen).await?,
         Command::Migrate | Command::Conversations(_) | Command::Tenants(_) => {
