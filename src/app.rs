@@ -7,12 +7,18 @@
 //! 3. `echo_request_id`: echoes the request's `x-request-id` on every
 //!    response; an upstream's own `x-request-id` moves to
 //!    `x-upstream-request-id`.
-//! 4. `log_proxy_errors`: logs a [`ProxyErrorLog`] the handler attached to
+//! 4. `RequestBodyTimeout`: a request body silent for
+//!    `server.body_read_timeout` fails to read (a 408 for the client).
+//! 5. `log_proxy_errors`: logs a [`ProxyErrorLog`] the handler attached to
 //!    its response extensions (handlers render, this layer logs).
+//!
+//! Connection limits (header timeout, connection cap) are set where
+//! connections are accepted, in [`crate::http::serve`].
 
-use crate::config::Settings;
+use crate::config::{ServerSettings, Settings};
 use crate::error::ProxyErrorLog;
 use crate::state::AppState;
+use axum::body::Body;
 use axum::extract::Request;
 use axum::middleware::{self, Next};
 use axum::response::Response;
@@ -23,11 +29,13 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, RequestId, SetRequestIdLayer};
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutBody};
 use tower_http::trace::TraceLayer;
 
 pub struct Application {
     listener: TcpListener,
     router: Router,
+    server: ServerSettings,
     shutdown_grace: Duration,
     background: tokio_util::task::TaskTracker,
 }
@@ -37,12 +45,14 @@ impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         let listener = TcpListener::bind(settings.listen).await?;
         let shutdown_grace = settings.shutdown_grace;
+        let server = settings.server.clone();
         let state = AppState::new(settings).await?;
         crate::maintenance::spawn(&state.storage, &state.settings.storage);
         let background = state.background.clone();
         Ok(Self {
             listener,
-            router: with_layers(crate::http::router(state)),
+            router: with_layers(crate::http::router(state), &server),
+            server,
             shutdown_grace,
             background,
         })
@@ -77,9 +87,7 @@ impl Application {
         };
         let background = self.background.clone();
         let drained = async move {
-            axum::serve(self.listener, self.router)
-                .with_graceful_shutdown(signal)
-                .await?;
+            crate::http::serve::serve(self.listener, self.router, &self.server, signal).await;
             background.close();
             background.wait().await;
             Ok(())
@@ -104,12 +112,14 @@ impl Application {
     }
 }
 
-fn with_layers(router: Router) -> Router {
+fn with_layers(router: Router, server: &ServerSettings) -> Router {
     router.layer(
         ServiceBuilder::new()
             .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
             .layer(TraceLayer::new_for_http().make_span_with(request_span))
             .layer(middleware::from_fn(echo_request_id))
+            .layer(RequestBodyTimeoutLayer::new(server.body_read_timeout))
+            .map_request(|request: http::Request<TimeoutBody<Body>>| request.map(Body::new))
             .layer(middleware::from_fn(log_proxy_errors)),
     )
 }

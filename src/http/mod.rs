@@ -4,6 +4,7 @@ mod guard;
 pub mod ops;
 pub mod passthrough;
 pub mod routes;
+pub mod serve;
 
 use crate::http::routes::Endpoint;
 use crate::state::AppState;

@@ -20,5 +20,6 @@ mod relaying;
 mod responses;
 mod sdk;
 mod sizing;
+mod slow_clients;
 mod store;
 mod streaming;

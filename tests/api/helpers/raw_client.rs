@@ -9,10 +9,17 @@ use tokio::net::TcpStream;
 /// `address` (`http://host:port`) with `connection: close`, and returns the
 /// whole response as text.
 pub async fn send(address: &str, head: &str) -> RawResponse {
+    send_with_body(address, head, b"").await
+}
+
+/// Like [`send`], followed by `body`, which may be shorter than the
+/// `content-length` the head declares: the rest never comes.
+pub async fn send_with_body(address: &str, head: &str, body: &[u8]) -> RawResponse {
     let host = address.trim_start_matches("http://");
     let mut stream = TcpStream::connect(host).await.expect("connects");
-    let request = format!("{head}\r\nconnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("writes");
+    let mut request = format!("{head}\r\nconnection: close\r\n\r\n").into_bytes();
+    request.extend_from_slice(body);
+    stream.write_all(&request).await.expect("writes");
     let mut bytes = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut bytes))
         .await
