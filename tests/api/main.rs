@@ -19,6 +19,7 @@ mod realllm;
 mod relaying;
 mod responses;
 mod sdk;
+mod silent_upstreams;
 mod sizing;
 mod slow_clients;
 mod store;
