@@ -5,7 +5,7 @@
 pub mod budget;
 mod exchange;
 pub mod identify;
-mod inspect;
+pub mod inspect;
 mod keepalive;
 mod observe;
 pub mod persist;
