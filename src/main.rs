@@ -6,6 +6,12 @@ use condenser::cli::{Cli, Command};
 use condenser::config::Settings;
 use std::process::ExitCode;
 
+/// mimalloc returns freed memory to the system within moments; glibc's
+/// allocator kept hundreds of MB after a burst of large bodies (see
+/// README, "Memory").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
