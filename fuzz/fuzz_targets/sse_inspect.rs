@@ -1,42 +1,68 @@
-//! A 200 event stream's first chunk, read for an in-band overflow, and
-//! its events read for usage, as the relay does on the side.
+//! A 200 event stream's opening, read for an in-band overflow before
+//! anything reaches the client, by each protocol's adapter; the bytes
+//! arrive in up to three chunks, as the network may deliver them.
 #![no_main]
 
 use bytes::Bytes;
 use condenser::overflow::SignatureTable;
-use condenser::pipeline::inspect::first_event_overflow;
-use condenser::protocol::Protocol;
-use eventsource_stream::Eventsource;
-use futures_util::{FutureExt, StreamExt};
+use condenser::pipeline::inspect::{inspect, Inspected};
+use condenser::protocol::{responses::Responses, Adapter, Protocol};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 static TABLE: OnceLock<SignatureTable> = OnceLock::new();
+static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+
+fn response(data: &[u8]) -> reqwest::Response {
+    let (first, second) = (data.len() / 3, data.len() * 2 / 3);
+    let chunks: Vec<Result<Bytes, std::io::Error>> =
+        [&data[..first], &data[first..second], &data[second..]]
+            .into_iter()
+            .map(|part| Ok(Bytes::copy_from_slice(part)))
+            .collect();
+    let body = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
+    let response = http::Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(body)
+        .expect("a response");
+    reqwest::Response::from(response)
+}
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let table = TABLE.get_or_init(SignatureTable::builtin);
-    let chunk = Bytes::copy_from_slice(data);
-    // One chunk in memory: the inspection completes without waiting.
-    let inspected = first_event_overflow(Some(&chunk), table).now_or_never();
-    assert!(inspected.is_some(), "inspecting a chunk in memory waited");
-
-    // The same bytes split in two, as the network may deliver them.
-    let middle = data.len() / 2;
-    let parts = [
-        Ok::<_, std::io::Error>(chunk.slice(..middle)),
-        Ok(chunk.slice(middle..)),
+    let runtime = RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime")
+    });
+    let adapters: [&dyn Adapter; 3] = [
+        Protocol::Openai.adapter(),
+        Protocol::Anthropic.adapter(),
+        &Responses,
     ];
-    let events = futures_util::stream::iter(parts)
-        .eventsource()
-        .collect::<Vec<_>>()
-        .now_or_never()
-        .expect("events in memory need no waiting");
-    for event in events.into_iter().flatten() {
-        let Ok(value) = serde_json::from_str(&event.data) else {
-            continue;
-        };
-        for protocol in [Protocol::Openai, Protocol::Anthropic] {
-            let _ = protocol.adapter().stream_usage(&value);
-            let _ = protocol.adapter().usage(&value);
-        }
+    for adapter in adapters {
+        runtime.block_on(async {
+            let inspected = inspect(response(data), table, adapter, Duration::from_secs(5))
+                .await
+                .expect("bytes in memory never stall");
+            match inspected {
+                // What the client gets is exactly what the upstream sent.
+                Inspected::Relay {
+                    response,
+                    first_chunk,
+                } => {
+                    let rest = response.bytes().await.expect("the rest");
+                    let mut relayed = first_chunk.map(|c| c.to_vec()).unwrap_or_default();
+                    relayed.extend_from_slice(&rest);
+                    assert_eq!(relayed, data);
+                }
+                Inspected::Overflow { body, signal, .. } => {
+                    assert!(data.starts_with(&body));
+                    let _ = signal.excess_tokens();
+                }
+                Inspected::Error { .. } => panic!("a 200 judged as an error"),
+            }
+        });
     }
 });

@@ -2,12 +2,11 @@
 //! proxy relies on when it reads a client's body or an upstream's answer.
 
 use condenser::compaction::plan::{plan, safe_cuts, Item};
-use condenser::protocol::Protocol;
+use condenser::protocol::Adapter;
 use serde_json::Value;
 
 /// Parse, canonicalize and plan, as the pipeline does with a chat body.
-pub fn chat_request(protocol: Protocol, data: &[u8]) {
-    let adapter = protocol.adapter();
+pub fn chat_request(adapter: &dyn Adapter, data: &[u8]) {
     let Some(chat) = adapter.parse(data) else {
         return;
     };
