@@ -4,13 +4,21 @@
 //! 1. `SetRequestId`: takes the client's `x-request-id` or makes a UUID.
 //! 2. `Trace`: one span per request carrying `request_id`, so every log line
 //!    inside the request has it; logs status and latency at the end.
-//! 3. `PropagateRequestId`: echoes `x-request-id` on the response.
-//! 4. `log_proxy_errors`: logs a [`ProxyErrorLog`] the handler attached to
+//! 3. `echo_request_id`: echoes the request's `x-request-id` on every
+//!    response; an upstream's own `x-request-id` moves to
+//!    `x-upstream-request-id`.
+//! 4. `RequestBodyTimeout`: a request body silent for
+//!    `server.body_read_timeout` fails to read (a 408 for the client).
+//! 5. `log_proxy_errors`: logs a [`ProxyErrorLog`] the handler attached to
 //!    its response extensions (handlers render, this layer logs).
+//!
+//! Connection limits (header timeout, connection cap) are set where
+//! connections are accepted, in [`crate::http::serve`].
 
-use crate::config::Settings;
+use crate::config::{ServerSettings, Settings};
 use crate::error::ProxyErrorLog;
 use crate::state::AppState;
+use axum::body::Body;
 use axum::extract::Request;
 use axum::middleware::{self, Next};
 use axum::response::Response;
@@ -20,14 +28,14 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tower::ServiceBuilder;
-use tower_http::request_id::{
-    MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
-};
+use tower_http::request_id::{MakeRequestUuid, RequestId, SetRequestIdLayer};
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutBody};
 use tower_http::trace::TraceLayer;
 
 pub struct Application {
     listener: TcpListener,
     router: Router,
+    server: ServerSettings,
     shutdown_grace: Duration,
     background: tokio_util::task::TaskTracker,
 }
@@ -37,12 +45,14 @@ impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         let listener = TcpListener::bind(settings.listen).await?;
         let shutdown_grace = settings.shutdown_grace;
+        let server = settings.server.clone();
         let state = AppState::new(settings).await?;
         crate::maintenance::spawn(&state.storage, &state.settings.storage);
         let background = state.background.clone();
         Ok(Self {
             listener,
-            router: with_layers(crate::http::router(state)),
+            router: with_layers(crate::http::router(state), &server),
+            server,
             shutdown_grace,
             background,
         })
@@ -77,9 +87,7 @@ impl Application {
         };
         let background = self.background.clone();
         let drained = async move {
-            axum::serve(self.listener, self.router)
-                .with_graceful_shutdown(signal)
-                .await?;
+            crate::http::serve::serve(self.listener, self.router, &self.server, signal).await;
             background.close();
             background.wait().await;
             Ok(())
@@ -104,12 +112,14 @@ impl Application {
     }
 }
 
-fn with_layers(router: Router) -> Router {
+fn with_layers(router: Router, server: &ServerSettings) -> Router {
     router.layer(
         ServiceBuilder::new()
             .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
             .layer(TraceLayer::new_for_http().make_span_with(request_span))
-            .layer(PropagateRequestIdLayer::x_request_id())
+            .layer(middleware::from_fn(echo_request_id))
+            .layer(RequestBodyTimeoutLayer::new(server.body_read_timeout))
+            .map_request(|request: http::Request<TimeoutBody<Body>>| request.map(Body::new))
             .layer(middleware::from_fn(log_proxy_errors)),
     )
 }
@@ -123,6 +133,30 @@ fn request_span(request: &Request) -> tracing::Span {
         .unwrap_or_default();
     tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id = %request_id)
 }
+
+/// The client's id is the one echoed, whatever the upstream answered: an
+/// upstream that sets its own (OpenAI does) would otherwise replace it, and
+/// the client could no longer find its request in Condenser's logs.
+async fn echo_request_id(request: Request, next: Next) -> Response {
+    let id = request
+        .extensions()
+        .get::<RequestId>()
+        .map(|id| id.header_value().clone());
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    if let Some(upstream_id) = headers.remove(X_REQUEST_ID) {
+        if Some(&upstream_id) != id.as_ref() {
+            headers.insert(X_UPSTREAM_REQUEST_ID, upstream_id);
+        }
+    }
+    if let Some(id) = id {
+        headers.insert(X_REQUEST_ID, id);
+    }
+    response
+}
+
+const X_REQUEST_ID: &str = "x-request-id";
+const X_UPSTREAM_REQUEST_ID: &str = "x-upstream-request-id";
 
 async fn log_proxy_errors(request: Request, next: Next) -> Response {
     let response = next.run(request).await;

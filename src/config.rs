@@ -6,7 +6,9 @@
 //! aliases listed in [`ENV_ALIASES`].
 
 mod defaults;
+mod redact;
 mod secret;
+mod server;
 mod validate;
 
 use crate::overflow::CustomSignature;
@@ -18,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use secret::Secret;
+pub use server::ServerSettings;
 pub use validate::ConfigError;
 
 /// Documented environment variables and the setting each one sets.
@@ -60,6 +63,8 @@ pub struct Settings {
     pub max_body_bytes: usize,
     #[serde(default = "defaults::shutdown_grace", with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    #[serde(default)]
+    pub server: ServerSettings,
     #[serde(default)]
     pub timeouts: Timeouts,
     #[serde(default)]

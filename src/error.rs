@@ -19,6 +19,12 @@ pub enum ProxyError {
     BodyTooLarge { limit: usize },
     #[error("could not read the request body: {0}")]
     BodyRead(String),
+    #[error("the request body stopped arriving (server.body_read_timeout)")]
+    BodyTimeout,
+    #[error("{0} is not supported: Condenser forwards API requests, not tunnels")]
+    MethodNotAllowed(&'static str),
+    #[error("request target not forwarded: {0}")]
+    BadTarget(&'static str),
 }
 
 impl ProxyError {
@@ -27,7 +33,9 @@ impl ProxyError {
             Self::UpstreamUnreachable { .. } => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::BodyRead(_) => StatusCode::BAD_REQUEST,
+            Self::BodyRead(_) | Self::BadTarget(_) => StatusCode::BAD_REQUEST,
+            Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
         }
     }
 
@@ -39,6 +47,9 @@ impl ProxyError {
             Self::UpstreamIdle { .. } => "upstream_idle",
             Self::BodyTooLarge { .. } => "body_too_large",
             Self::BodyRead(_) => "body_read",
+            Self::BodyTimeout => "body_timeout",
+            Self::MethodNotAllowed(_) => "method_not_allowed",
+            Self::BadTarget(_) => "bad_request_target",
         }
     }
 
@@ -61,7 +72,11 @@ impl ProxyError {
 
     fn openai_type(&self) -> &'static str {
         match self {
-            Self::BodyTooLarge { .. } | Self::BodyRead(_) => "invalid_request_error",
+            Self::BodyTooLarge { .. }
+            | Self::BodyRead(_)
+            | Self::BodyTimeout
+            | Self::MethodNotAllowed(_)
+            | Self::BadTarget(_) => "invalid_request_error",
             _ => "api_error",
         }
     }
@@ -69,8 +84,12 @@ impl ProxyError {
     fn anthropic_type(&self) -> &'static str {
         match self {
             Self::BodyTooLarge { .. } => "request_too_large",
-            Self::BodyRead(_) => "invalid_request_error",
-            Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => "timeout_error",
+            Self::BodyRead(_) | Self::MethodNotAllowed(_) | Self::BadTarget(_) => {
+                "invalid_request_error"
+            }
+            Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } | Self::BodyTimeout => {
+                "timeout_error"
+            }
             Self::UpstreamUnreachable { .. } => "api_error",
         }
     }
@@ -82,6 +101,20 @@ impl ProxyError {
         }
         .into_response()
     }
+}
+
+/// Whether `E` is anywhere in `error`'s chain of causes.
+pub fn caused_by<E: std::error::Error + 'static>(
+    error: &(dyn std::error::Error + 'static),
+) -> bool {
+    let mut current = Some(error);
+    while let Some(inner) = current {
+        if inner.is::<E>() {
+            return true;
+        }
+        current = inner.source();
+    }
+    false
 }
 
 /// A [`ProxyError`] paired with the dialect to render it in. The error rides

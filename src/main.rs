@@ -6,6 +6,12 @@ use condenser::cli::{Cli, Command};
 use condenser::config::Settings;
 use std::process::ExitCode;
 
+/// mimalloc returns freed memory to the system within moments; glibc's
+/// allocator kept hundreds of MB after a burst of large bodies (see
+/// README, "Memory").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -36,7 +42,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
             app.run_until_stopped().await?;
         }
         Command::CheckConfig => {
-            eprintln!("configuration is valid:\n{settings:#?}");
+            eprintln!("configuration is valid:\n{:#?}", settings.redacted());
         }
         Command::Healthcheck => condenser::admin::healthcheck(settings.listen).await?,
         Command::Migrate | Command::Conversations(_) | Command::Tenants(_) => {

@@ -122,15 +122,37 @@ pub async fn render(State(handle): State<PrometheusHandle>) -> impl IntoResponse
 /// Counts requests and times them, labelled by the kind of route.
 pub async fn track(request: Request, next: Next) -> Response {
     let route = route_label(&request);
-    let method = request.method().clone();
+    let method = method_label(request.method());
     let started = Instant::now();
     let response = next.run(request).await;
     let status = response.status().as_u16().to_string();
-    metrics::counter!("condenser_http_requests_total", "route" => route, "method" => method.to_string(), "status" => status)
+    metrics::counter!("condenser_http_requests_total", "route" => route, "method" => method, "status" => status)
         .increment(1);
     metrics::histogram!("condenser_http_request_duration_seconds", "route" => route)
         .record(started.elapsed().as_secs_f64());
     response
+}
+
+/// A method name is client input: any token is a valid method, and each
+/// distinct label is a series kept for the life of the process. Only the
+/// standard methods get their own label.
+fn method_label(method: &http::Method) -> &'static str {
+    use http::Method;
+    const STANDARD: &[(Method, &str)] = &[
+        (Method::GET, "GET"),
+        (Method::POST, "POST"),
+        (Method::PUT, "PUT"),
+        (Method::DELETE, "DELETE"),
+        (Method::HEAD, "HEAD"),
+        (Method::OPTIONS, "OPTIONS"),
+        (Method::PATCH, "PATCH"),
+        (Method::CONNECT, "CONNECT"),
+        (Method::TRACE, "TRACE"),
+    ];
+    STANDARD
+        .iter()
+        .find(|(standard, _)| standard == method)
+        .map_or("other", |(_, label)| label)
 }
 
 fn route_label(request: &Request) -> &'static str {

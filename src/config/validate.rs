@@ -24,7 +24,7 @@ impl ConfigError {
         Self::Invalid { key, problem }
     }
 
-    fn invalid(key: impl Into<String>, problem: impl Into<String>) -> Self {
+    pub(super) fn invalid(key: impl Into<String>, problem: impl Into<String>) -> Self {
         Self::Invalid {
             key: key.into(),
             problem: problem.into(),
@@ -38,6 +38,7 @@ impl Settings {
         check_base_url("anthropic_base_url", &self.anthropic_base_url)?;
         check_database_url(&self.database_url)?;
         self.validate_upstreams()?;
+        self.server.validate()?;
         let compaction = &self.compaction;
         if compaction.max_compactions > 16 {
             return Err(ConfigError::invalid(

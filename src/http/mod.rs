@@ -1,8 +1,10 @@
 //! Step 1 of the data flow, "accept / route".
 
+mod guard;
 pub mod ops;
 pub mod passthrough;
 pub mod routes;
+pub mod serve;
 
 use crate::http::routes::Endpoint;
 use crate::state::AppState;
@@ -14,12 +16,14 @@ pub fn router(state: AppState) -> Router {
     let metrics = Router::new()
         .route("/metrics", axum::routing::get(crate::metrics::render))
         .with_state(crate::metrics::handle());
+    let guard = axum::middleware::from_fn_with_state(state.clone(), guard::refuse_unforwardable);
     Router::new()
         .merge(ops::router())
         .merge(crate::web::router(state.clone()))
         .fallback(proxy)
         .with_state(state)
         .merge(metrics)
+        .layer(guard)
         .layer(axum::middleware::from_fn(crate::metrics::track))
 }
 

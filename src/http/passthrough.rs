@@ -1,7 +1,7 @@
 //! Everything that is not a chat endpoint: forwarded byte for byte,
 //! streaming in both directions.
 
-use crate::error::ProxyError;
+use crate::error::{caused_by, ProxyError};
 use crate::http::routes::Route;
 use crate::state::AppState;
 use crate::upstream::{headers, relay};
@@ -51,6 +51,9 @@ pub async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ProxyEr
         Ok(collected) => Ok(collected.to_bytes()),
         Err(error) if error.is::<http_body_util::LengthLimitError>() => {
             Err(ProxyError::BodyTooLarge { limit })
+        }
+        Err(error) if caused_by::<tower_http::timeout::TimeoutError>(error.as_ref()) => {
+            Err(ProxyError::BodyTimeout)
         }
         Err(error) => Err(ProxyError::BodyRead(error.to_string())),
     }

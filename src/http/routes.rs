@@ -110,6 +110,11 @@ impl RouteTable {
         }
     }
 
+    /// The protocol a request to `path` speaks, for errors raised before routing.
+    pub fn protocol(&self, path: &str, headers: &HeaderMap) -> Protocol {
+        self.pick(path, headers).0.protocol
+    }
+
     /// The upstream and the path left after its prefix.
     fn pick<'p>(&self, path: &'p str, headers: &HeaderMap) -> (&Arc<Upstream>, &'p str) {
         for (prefix, upstream) in &self.prefixed {

@@ -8,6 +8,7 @@ use super::rewrite;
 use super::usage::UsageTap;
 use crate::compaction::{self, CompactionError, Job, Sizing, Summarizer, SummaryBudget};
 use crate::conversation::Conversation;
+use crate::error::ProxyError;
 use crate::http::routes::Route;
 use crate::overflow::{OverflowCause, OverflowSignal};
 use crate::protocol::{Adapter, ChatRequest};
@@ -96,16 +97,24 @@ impl Exchange {
                 Ok(response) => response,
                 Err(error) => return self.finish(error.into_response_for(protocol)),
             };
-            let (status, headers, body, signal) =
-                match inspect(response, &self.state.overflow, self.adapter).await {
-                    Inspected::Overflow {
-                        status,
-                        headers,
-                        body,
-                        signal,
-                    } => (status, headers, body, signal),
-                    other => return self.relay(other, sent_bytes),
+            let idle = self.state.upstream.idle_timeout();
+            let inspected = inspect(response, &self.state.overflow, self.adapter, idle).await;
+            let Ok(inspected) = inspected else {
+                let error = ProxyError::UpstreamIdle {
+                    upstream: self.route.upstream.name.clone(),
+                    timeout: idle,
                 };
+                return self.finish(error.into_response_for(protocol));
+            };
+            let (status, headers, body, signal) = match inspected {
+                Inspected::Overflow {
+                    status,
+                    headers,
+                    body,
+                    signal,
+                } => (status, headers, body, signal),
+                other => return self.relay(other, sent_bytes),
+            };
             metrics::counter!("condenser_overflows_total", "signature" => signal.signature.clone())
                 .increment(1);
             self.report.overflows += 1;
@@ -225,7 +234,7 @@ impl Exchange {
         self.adapter.build(&self.request, &messages).into()
     }
 
-    async fn send(&self, body: Bytes) -> Result<reqwest::Response, crate::error::ProxyError> {
+    async fn send(&self, body: Bytes) -> Result<reqwest::Response, ProxyError> {
         let outgoing = self.outgoing_headers();
         let upstream = &self.route.upstream;
         self.state

@@ -5,6 +5,9 @@
 //! puts its `response.failed`). A healthy stream loses no time: its first
 //! output event is what the client waits for anyway, and it is relayed as
 //! soon as it is read.
+//!
+//! Every read here waits at most the idle timeout: an upstream that sends
+//! its head and then nothing must cost the client a 504, not a hang.
 
 use crate::overflow::{OverflowSignal, SignatureTable};
 use crate::protocol::Adapter;
@@ -12,12 +15,18 @@ use bytes::Bytes;
 use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use http::{HeaderMap, StatusCode};
+use std::time::Duration;
 
 /// Error bodies larger than this are relayed without being inspected.
 const MAX_ERROR_BODY: usize = 1024 * 1024;
 
 /// Preamble events held back before a stream is relayed regardless.
 const MAX_OPENING: usize = 256 * 1024;
+
+/// The upstream went silent for the idle timeout before the client got
+/// anything.
+#[derive(Debug)]
+pub struct Stalled;
 
 pub enum Inspected {
     /// Relay as it is; `first_chunk` was already read off the body.
@@ -43,17 +52,22 @@ pub async fn inspect(
     mut response: reqwest::Response,
     table: &SignatureTable,
     adapter: &dyn Adapter,
-) -> Inspected {
+    idle: Duration,
+) -> Result<Inspected, Stalled> {
     let status = response.status();
     if status.is_client_error() {
         let headers = response.headers().clone();
-        let Some(body) = read_capped(&mut response).await else {
-            return Inspected::Relay {
-                response,
-                first_chunk: None,
-            };
+        let body = match read_capped(&mut response, idle).await? {
+            ErrorBody::Whole(body) => body,
+            // Too large to be an overflow: relayed whole, what was read first.
+            ErrorBody::Beginning(beginning) => {
+                return Ok(Inspected::Relay {
+                    response,
+                    first_chunk: Some(beginning),
+                })
+            }
         };
-        return match table.detect(status.as_u16(), &body) {
+        return Ok(match table.detect(status.as_u16(), &body) {
             Some(signal) => Inspected::Overflow {
                 status,
                 headers,
@@ -65,39 +79,60 @@ pub async fn inspect(
                 headers,
                 body,
             },
-        };
+        });
     }
     if status == StatusCode::OK && is_event_stream(response.headers()) {
-        let (held, signal) = read_opening(&mut response, table, adapter).await;
+        let (held, signal) = read_opening(&mut response, table, adapter, idle).await?;
         if let Some(signal) = signal {
             let headers = response.headers().clone();
-            return Inspected::Overflow {
+            return Ok(Inspected::Overflow {
                 status,
                 headers,
                 body: held,
                 signal,
-            };
+            });
         }
-        return Inspected::Relay {
+        return Ok(Inspected::Relay {
             response,
             first_chunk: Some(held).filter(|held| !held.is_empty()),
-        };
+        });
     }
-    Inspected::Relay {
+    Ok(Inspected::Relay {
         response,
         first_chunk: None,
-    }
+    })
 }
 
-async fn read_capped(response: &mut reqwest::Response) -> Option<Bytes> {
+enum ErrorBody {
+    Whole(Bytes),
+    /// The first bytes of a body past [`MAX_ERROR_BODY`]; the rest is unread.
+    Beginning(Bytes),
+}
+
+async fn read_capped(
+    response: &mut reqwest::Response,
+    idle: Duration,
+) -> Result<ErrorBody, Stalled> {
     let mut body = Vec::new();
-    while let Ok(Some(chunk)) = response.chunk().await {
+    while let Some(chunk) = next_chunk(response, idle).await? {
         body.extend_from_slice(&chunk);
         if body.len() > MAX_ERROR_BODY {
-            return None;
+            return Ok(ErrorBody::Beginning(body.into()));
         }
     }
-    Some(body.into())
+    Ok(ErrorBody::Whole(body.into()))
+}
+
+/// The next chunk, `None` at the end (or on a transport error, which the
+/// relay of the rest would report the same way).
+async fn next_chunk(
+    response: &mut reqwest::Response,
+    idle: Duration,
+) -> Result<Option<Bytes>, Stalled> {
+    match tokio::time::timeout(idle, response.chunk()).await {
+        Ok(chunk) => Ok(chunk.ok().flatten()),
+        Err(_) => Err(Stalled),
+    }
 }
 
 pub(super) fn is_event_stream(headers: &HeaderMap) -> bool {
@@ -116,10 +151,11 @@ async fn read_opening(
     response: &mut reqwest::Response,
     table: &SignatureTable,
     adapter: &dyn Adapter,
-) -> (Bytes, Option<OverflowSignal>) {
+    idle: Duration,
+) -> Result<(Bytes, Option<OverflowSignal>), Stalled> {
     let mut held = Vec::new();
     let (mut judged, mut in_preamble) = (0, false);
-    while let Ok(Some(chunk)) = response.chunk().await {
+    while let Some(chunk) = next_chunk(response, idle).await? {
         held.extend_from_slice(&chunk);
         let complete = complete_events_end(&held);
         let mut events = futures_util::stream::iter([Ok::<_, std::io::Error>(
@@ -129,10 +165,10 @@ async fn read_opening(
         judged = complete;
         while let Some(Ok(event)) = events.next().await {
             if let Some(signal) = table.detect_stream_event(&event.data) {
-                return (held.into(), Some(signal));
+                return Ok((held.into(), Some(signal)));
             }
             if !adapter.is_stream_preamble(&event.data) {
-                return (held.into(), None);
+                return Ok((held.into(), None));
             }
             in_preamble = true;
         }
@@ -143,7 +179,7 @@ async fn read_opening(
             break;
         }
     }
-    (held.into(), None)
+    Ok((held.into(), None))
 }
 
 /// The end of the last complete event (blank line) in `bytes`.
@@ -176,6 +212,7 @@ mod tests {
         reqwest::Response::from(response)
     }
 
+    const IDLE: Duration = Duration::from_secs(5);
     const CREATED: &str = "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"error\":null}}\n\n";
     const IN_PROGRESS: &str = "event: response.in_progress\ndata: {\"type\":\"response.in_progress\",\"response\":{\"error\":null}}\n\n";
 
@@ -187,7 +224,9 @@ mod tests {
         let errored = format!("event: error\ndata: {{\"type\":\"error\",\"sequence_number\":2,\"error\":{error}}}\n\n");
         for last in [failed, errored] {
             let response = stream(&[CREATED, IN_PROGRESS, &last]);
-            let inspected = inspect(response, &SignatureTable::builtin(), &Responses).await;
+            let inspected = inspect(response, &SignatureTable::builtin(), &Responses, IDLE)
+                .await
+                .expect("not stalled");
             let Inspected::Overflow { body, .. } = inspected else {
                 panic!("not recognized: {last}");
             };
@@ -204,7 +243,9 @@ mod tests {
         let Inspected::Relay {
             mut response,
             first_chunk,
-        } = inspect(response, &SignatureTable::builtin(), &Responses).await
+        } = inspect(response, &SignatureTable::builtin(), &Responses, IDLE)
+            .await
+            .expect("not stalled")
         else {
             panic!("relayed");
         };
@@ -218,7 +259,9 @@ mod tests {
     async fn a_first_chunk_of_comments_is_relayed_at_once() {
         let ping = ": OPENROUTER PROCESSING\n\n";
         let response = stream(&[ping, CREATED]);
-        let inspected = inspect(response, &SignatureTable::builtin(), &Responses).await;
+        let inspected = inspect(response, &SignatureTable::builtin(), &Responses, IDLE)
+            .await
+            .expect("not stalled");
         let Inspected::Relay { first_chunk, .. } = inspected else {
             panic!("relayed");
         };
@@ -232,7 +275,9 @@ mod tests {
             "data: {\"error\":{\"message\":\"prompt is too long: 9 tokens > 1 maximum\"}}\n\n";
         let response = stream(&[first, later]);
         let adapter = Protocol::Openai.adapter();
-        let inspected = inspect(response, &SignatureTable::builtin(), adapter).await;
+        let inspected = inspect(response, &SignatureTable::builtin(), adapter, IDLE)
+            .await
+            .expect("not stalled");
         let Inspected::Relay { first_chunk, .. } = inspected else {
             panic!("a later event is the client's to see");
         };

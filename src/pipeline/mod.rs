@@ -5,7 +5,7 @@
 pub mod budget;
 mod exchange;
 pub mod identify;
-mod inspect;
+pub mod inspect;
 mod keepalive;
 mod observe;
 pub mod persist;
@@ -82,6 +82,10 @@ pub async fn handle(state: &AppState, route: Route, request: Request) -> Respons
             .after(exchange.run(Some(compacting_tx)))
             .in_current_span(),
     );
+    let _client_gone = CancelUnlessCompacting {
+        work: work.abort_handle(),
+        compacting: compacting_rx.clone(),
+    };
     // Keep-alives are for event streams; a plain client just waits.
     let keepalive_interval = if stream {
         state.settings.compaction.keepalive_interval
@@ -89,4 +93,22 @@ pub async fn handle(state: &AppState, route: Route, request: Request) -> Respons
         std::time::Duration::ZERO
     };
     keepalive::respond(work, compacting_rx, keepalive_interval, adapter).await
+}
+
+/// Dropped with the handler when the client hangs up before its answer
+/// is ready. Until a compaction starts, the work only waits on the
+/// upstream for this client: it ends, and its upstream socket closes. A
+/// compaction is kept going (its summary serves the client's retry), and
+/// so is the retry after it, bounded by the upstream timeouts.
+struct CancelUnlessCompacting {
+    work: tokio::task::AbortHandle,
+    compacting: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Drop for CancelUnlessCompacting {
+    fn drop(&mut self) {
+        if !*self.compacting.borrow() {
+            self.work.abort();
+        }
+    }
 }

@@ -217,6 +217,22 @@ mod tests {
         assert_eq!(elide_middle("short", 200), None);
     }
 
+    /// Found by the `anthropic_request` fuzz target: serde_json's fast
+    /// float parser read `10e24` one ulp off, so a rewritten request
+    /// carried a different number than the client sent.
+    #[test]
+    fn a_rebuilt_request_keeps_every_number_exactly() {
+        let body = br#"{"model":"m","temperature":0.7,"messages":[{"role":"user","content":"x","n":10e24,"m":2.2250738585072011e-308}]}"#;
+        for protocol in [Protocol::Openai, Protocol::Anthropic] {
+            let adapter = protocol.adapter();
+            let parsed = adapter.parse(body).expect("parses");
+            let rebuilt = adapter.build(&parsed, &parsed.messages);
+            let again = adapter.parse(&rebuilt).expect("parses again");
+            assert_eq!(again.messages, parsed.messages);
+            assert_eq!(again.messages[0]["n"].as_f64(), Some(1e25));
+        }
+    }
+
     #[test]
     fn elision_respects_utf8() {
         let text = "é".repeat(500);

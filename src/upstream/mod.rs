@@ -4,7 +4,7 @@ pub mod headers;
 pub mod relay;
 
 use crate::config::Timeouts;
-use crate::error::ProxyError;
+use crate::error::{caused_by, ProxyError};
 use crate::http::routes::Upstream;
 use http::{HeaderMap, Method};
 
@@ -70,6 +70,9 @@ fn classify(upstream: &Upstream, error: reqwest::Error, body_limit: usize) -> Pr
     if caused_by::<http_body_util::LengthLimitError>(&error) {
         return ProxyError::BodyTooLarge { limit: body_limit };
     }
+    if caused_by::<tower_http::timeout::TimeoutError>(&error) {
+        return ProxyError::BodyTimeout;
+    }
     let reason = if error.is_timeout() {
         "connection timed out".to_string()
     } else {
@@ -87,15 +90,4 @@ fn innermost_cause(error: &(dyn std::error::Error + 'static)) -> Option<String> 
         current = next;
     }
     Some(current.to_string())
-}
-
-fn caused_by<E: std::error::Error + 'static>(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut current = Some(error);
-    while let Some(inner) = current {
-        if inner.is::<E>() {
-            return true;
-        }
-        current = inner.source();
-    }
-    false
 }

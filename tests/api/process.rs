@@ -207,3 +207,42 @@ async fn every_log_line_of_a_compacted_request_carries_its_request_id() {
         );
     }
 }
+
+#[test]
+fn check_config_shows_no_secret() {
+    let secrets = [
+        "pg-secret-pw",
+        "salt-secret-value",
+        "pg-query-secret",
+        "admin-secret-token",
+    ];
+    let output = binary()
+        .arg("check-config")
+        .env(
+            "DATABASE_URL",
+            format!(
+                "postgres://condenser:{}@127.0.0.1:5432/condenser?sslpassword={}",
+                secrets[0], secrets[2]
+            ),
+        )
+        .env("CONDENSER_TENANT_SALT", secrets[1])
+        .env("CONDENSER_ADMIN_TOKEN", secrets[3])
+        .output()
+        .expect("runs");
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{printed}");
+    for secret in secrets {
+        assert!(!printed.contains(secret), "{secret} printed:\n{printed}");
+    }
+    assert!(
+        printed.contains(
+            "postgres://condenser:REDACTED@127.0.0.1:5432/condenser?sslpassword=REDACTED"
+        ),
+        "{printed}"
+    );
+    assert!(printed.contains(r#"tenant_salt: "REDACTED""#), "{printed}");
+}

@@ -9,6 +9,8 @@ pub mod db;
 pub mod fixtures;
 pub mod fleet;
 pub mod process;
+pub mod raw_client;
+pub mod raw_upstream;
 pub mod recorder;
 pub mod responses;
 pub mod tcp_relay;

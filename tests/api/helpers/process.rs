@@ -21,10 +21,25 @@ impl ProxyProcess {
     /// Starts `condenser serve` with JSON logs in a fresh working directory
     /// and waits for its "listening" line.
     pub fn start(env: &[(&str, &str)]) -> ProxyProcess {
-        let workdir = tempfile::tempdir().expect("temp dir");
         let mut command = binary();
+        command.arg("serve");
+        Self::start_command(command, env)
+    }
+
+    /// Starts it under a soft open-file limit of `soft` (the hard limit
+    /// unchanged), as a distribution's default of 1,024 would.
+    pub fn start_with_soft_fd_limit(env: &[(&str, &str)], soft: u64) -> ProxyProcess {
+        let mut command = Command::new("sh");
         command
-            .arg("serve")
+            .arg("-c")
+            .arg(format!(r#"ulimit -Sn {soft} && exec "$0" serve"#))
+            .arg(env!("CARGO_BIN_EXE_condenser"));
+        Self::start_command(command, env)
+    }
+
+    fn start_command(mut command: Command, env: &[(&str, &str)]) -> ProxyProcess {
+        let workdir = tempfile::tempdir().expect("temp dir");
+        command
             .current_dir(workdir.path())
             .env("CONDENSER_LISTEN", "127.0.0.1:0")
             .env("CONDENSER_LOG_FORMAT", "json")
@@ -85,6 +100,13 @@ impl ProxyProcess {
             std::thread::sleep(Duration::from_millis(50));
         }
         None
+    }
+
+    /// File descriptors the process holds now.
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
+            .expect("the process is alive")
+            .count()
     }
 
     pub fn log_text(&self) -> String {

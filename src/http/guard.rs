@@ -1,0 +1,102 @@
+//! Requests that must never reach an upstream, refused before routing in
+//! the error shape of the protocol the client speaks:
+//!
+//! - `CONNECT` asks for a tunnel: Condenser is a reverse proxy for two HTTP
+//!   APIs, and forwarding it would hand the caller's credential to a
+//!   tunnel nobody configured.
+//! - An asterisk-form target (`OPTIONS *`) names the server, not a
+//!   resource: there is no upstream path for it.
+//! - A `.` or `..` segment, literal or percent-encoded, would be resolved
+//!   when the upstream URL is built and could climb out of the configured
+//!   base path (`/v1/../../x` reaching `/x` with the caller's key). No
+//!   endpoint of these APIs has one, so it is refused rather than guessed at.
+
+use crate::error::ProxyError;
+use crate::state::AppState;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use http::Method;
+use percent_encoding::percent_decode_str;
+
+pub async fn refuse_unforwardable(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(error) = refusal(request.method(), request.uri()) else {
+        return next.run(request).await;
+    };
+    let protocol = state
+        .routes
+        .protocol(request.uri().path(), request.headers());
+    error.into_response_for(protocol)
+}
+
+fn refusal(method: &Method, uri: &http::Uri) -> Option<ProxyError> {
+    if method == Method::CONNECT {
+        return Some(ProxyError::MethodNotAllowed("CONNECT"));
+    }
+    let path = uri.path();
+    if path == "*" {
+        return Some(ProxyError::BadTarget("asterisk-form request target"));
+    }
+    if escapes(path) {
+        return Some(ProxyError::BadTarget("`.` or `..` path segment"));
+    }
+    None
+}
+
+/// Whether a path has a dot segment once decoded. `\` counts as a
+/// separator: URL parsers treat it as `/` in http(s) URLs.
+fn escapes(path: &str) -> bool {
+    let decoded = percent_decode_str(path).decode_utf8_lossy();
+    decoded
+        .split(['/', '\\'])
+        .any(|segment| segment == "." || segment == "..")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(method: Method, target: &str) -> bool {
+        let uri: http::Uri = target.parse().expect("a valid target");
+        refusal(&method, &uri).is_some()
+    }
+
+    #[test]
+    fn dot_segments_are_refused_in_every_spelling() {
+        for path in [
+            "/v1/../../../x",
+            "/v1/%2e%2e/%2E%2E/x",
+            "/v1/.%2e/x",
+            "/v1/..%2fx",
+            "/v1/..%5cx",
+            "/v1/./models",
+            "/v1/..",
+        ] {
+            assert!(refused(Method::GET, path), "{path}");
+        }
+    }
+
+    #[test]
+    fn ordinary_paths_and_dots_inside_names_pass() {
+        for path in [
+            "/v1/models",
+            "/v1/models/gpt-4.1",
+            "/v1/files/file-..abc",
+            "/v1/chat/completions?x=..",
+            "/",
+        ] {
+            assert!(!refused(Method::POST, path), "{path}");
+        }
+    }
+
+    #[test]
+    fn connect_and_asterisk_form_are_refused() {
+        assert!(refused(Method::CONNECT, "api.openai.com:443"));
+        assert!(refused(Method::OPTIONS, "*"));
+        assert!(!refused(Method::OPTIONS, "/v1/models"));
+    }
+}

@@ -1,0 +1,104 @@
+//! Clients that connect and then dawdle (slowloris): half a request line,
+//! nothing at all, a body that stops. They may hold a connection for the
+//! configured timeouts and no longer, and never keep a valid request out.
+
+use crate::helpers::app::{spawn_app_with, Options, OPENAI_KEY};
+use crate::helpers::process::ProxyProcess;
+use crate::helpers::raw_client;
+use fake_upstream::{FakeConfig, FakeUpstream};
+use serde_json::json;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Opens `count` connections to `proxy`, each sending `bytes` and no more.
+async fn dawdlers(proxy: &ProxyProcess, count: usize, bytes: &[u8]) -> Vec<TcpStream> {
+    let host = proxy.address.trim_start_matches("http://").to_string();
+    let mut streams = Vec::with_capacity(count);
+    for _ in 0..count {
+        let mut stream = TcpStream::connect(&host).await.expect("connects");
+        stream.write_all(bytes).await.expect("writes");
+        streams.push(stream);
+    }
+    streams
+}
+
+async fn list_models(proxy: &ProxyProcess, timeout: Duration) -> reqwest::Result<u16> {
+    let client = reqwest::Client::builder()
+        .timeout(timeout)
+        .build()
+        .expect("a client");
+    let response = client
+        .get(proxy.url("/v1/models"))
+        .bearer_auth(OPENAI_KEY)
+        .send()
+        .await?;
+    Ok(response.status().as_u16())
+}
+
+#[tokio::test]
+async fn a_thousand_half_open_connections_do_not_keep_a_valid_request_out() {
+    // This test's own side of the connections needs descriptors too.
+    rlimit::increase_nofile_limit(8_192).expect("raising this test's open-file limit");
+    let fake = FakeUpstream::start(FakeConfig::default()).await;
+    // A soft limit of 1,000, as a default of 1,024 minus what a process holds.
+    let proxy = ProxyProcess::start_with_soft_fd_limit(
+        &[("CONDENSER_OPENAI_BASE_URL", &fake.openai_base_url())],
+        1_000,
+    );
+    let _held = dawdlers(&proxy, 1_000, b"GET /v1/models HTTP/1.1\r\nho").await;
+    let started = Instant::now();
+    while proxy.open_fds() < 1_000 && started.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let answered = list_models(&proxy, Duration::from_secs(1)).await;
+    assert_eq!(
+        answered.ok(),
+        Some(200),
+        "a valid request waited past a second behind 1,000 half-open connections"
+    );
+}
+
+#[tokio::test]
+async fn past_the_connection_cap_clients_wait_and_silent_ones_are_cut_off() {
+    let fake = FakeUpstream::start(FakeConfig::default()).await;
+    let proxy = ProxyProcess::start(&[
+        ("CONDENSER_OPENAI_BASE_URL", &fake.openai_base_url()),
+        ("CONDENSER__SERVER__MAX_CONNECTIONS", "20"),
+        ("CONDENSER__SERVER__HEADER_READ_TIMEOUT", "1s"),
+    ]);
+    let mut silent = dawdlers(&proxy, 10, b"").await;
+    let mut half_open = dawdlers(&proxy, 20, b"POST /v1/chat/completions HTTP/1.1\r\n").await;
+    silent.append(&mut half_open);
+    for mut stream in silent {
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut byte)).await;
+        assert!(
+            matches!(read, Ok(Ok(0) | Err(_))),
+            "a dawdling connection stayed open: {read:?}"
+        );
+    }
+    assert_eq!(
+        list_models(&proxy, Duration::from_secs(5)).await.ok(),
+        Some(200)
+    );
+    let logs = proxy.log_text();
+    assert!(
+        logs.contains("connection limit reached (server.max_connections)"),
+        "{logs}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_body_that_stops_arriving_is_a_408_in_the_protocol_shape() {
+    let options = Options::default().settings(json!({"server": {"body_read_timeout": "1s"}}));
+    let app = spawn_app_with(options).await;
+    for path in ["/v1/chat/completions", "/v1/echo"] {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {OPENAI_KEY}\r\ncontent-type: application/json\r\ncontent-length: 1000"
+        );
+        let response = raw_client::send_with_body(&app.address, &head, br#"{"model":"#).await;
+        assert_eq!(response.status(), 408, "{path}: {}", response.0);
+        assert_eq!(response.json()["error"]["code"], "body_timeout", "{path}");
+    }
+}
