@@ -12,7 +12,7 @@ use sqlx::{Any, FromRow, QueryBuilder, Row};
 pub struct Compaction {
     /// h_c: hash of the last compacted message.
     pub prefix_hash: ChainHash,
-    /// The compaction this one replaces, or the root h_0: the single-flight key.
+    /// The compaction this one replaces, or the root h_0.
     pub base_hash: ChainHash,
     /// c: messages 1..=c are summarized.
     pub prefix_len: i64,
