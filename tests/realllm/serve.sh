@@ -8,6 +8,9 @@
 #   serve.sh stop PORT          stops it
 #
 # Everything lives under $CONDENSER_REALLLM_HOME (default target/realllm).
+# Each server computes on $CONDENSER_REALLLM_THREADS threads (default 1): the
+# suite runs two at once, and llama.cpp's spinning worker threads slow down
+# many times over when they outnumber the cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=tests/realllm
@@ -49,7 +52,7 @@ start() {
   install
   log "starting llama.cpp (n_ctx=$ctx) on 127.0.0.1:$port"
   nohup "$venv/bin/python" "$here/serve.py" --model "$model" --port "$port" --ctx "$ctx" \
-    --threads "$(nproc)" --chat-template-file "$here/chatml-tools.jinja" \
+    --threads "${CONDENSER_REALLLM_THREADS:-1}" --chat-template-file "$here/chatml-tools.jinja" \
     > "$home/server-$port.log" 2>&1 < /dev/null &
   echo $! > "$pidfile"
   for _ in $(seq 1 300); do

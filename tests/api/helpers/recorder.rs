@@ -33,7 +33,14 @@ impl Recorder {
         let log = Arc::new(Mutex::new(Vec::new()));
         let hop = Hop {
             target: target.trim_end_matches('/').to_string(),
-            client: reqwest::Client::new(),
+            // A fresh connection per request: llama.cpp closes idle ones
+            // after 5 s, and reusing one it just closed fails the request
+            // ("IncompleteMessage"), which is the recorder's fault, not the
+            // proxy's.
+            client: reqwest::Client::builder()
+                .pool_max_idle_per_host(0)
+                .build()
+                .expect("client"),
             log: log.clone(),
         };
         let app = axum::Router::new().fallback(forward).with_state(hop);
