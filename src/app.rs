@@ -38,6 +38,7 @@ pub struct Application {
     server: ServerSettings,
     shutdown_grace: Duration,
     background: tokio_util::task::TaskTracker,
+    writer: crate::store::Writer,
 }
 
 impl Application {
@@ -49,7 +50,9 @@ impl Application {
         let state = AppState::new(settings).await?;
         crate::maintenance::spawn(&state.storage, &state.settings.storage);
         let background = state.background.clone();
+        let writer = state.writer.clone();
         Ok(Self {
+            writer,
             listener,
             router: with_layers(crate::http::router(state), &server),
             server,
@@ -86,10 +89,13 @@ impl Application {
             let _ = stopping_tx.send(());
         };
         let background = self.background.clone();
+        let writer = self.writer.clone();
         let drained = async move {
             crate::http::serve::serve(self.listener, self.router, &self.server, signal).await;
             background.close();
             background.wait().await;
+            // The requests are done; what they queued is written before exit.
+            writer.flush().await;
             Ok(())
         };
         let deadline = async move {

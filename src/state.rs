@@ -5,7 +5,7 @@ use crate::http::routes::RouteTable;
 use crate::overflow::SignatureTable;
 use crate::pipeline::sizes::Sizes;
 use crate::store::Storage;
-use crate::store::{Store, StoreOptions};
+use crate::store::{Backend, Store, StoreOptions, Writer};
 use crate::upstream::UpstreamClient;
 use anyhow::Context;
 use std::sync::Arc;
@@ -22,6 +22,8 @@ pub struct AppState {
     /// Work that outlives its request (persisting, finishing a compaction);
     /// shutdown waits for it.
     pub background: tokio_util::task::TaskTracker,
+    /// Group commits of what requests bring, off the request path.
+    pub writer: Writer,
 }
 
 impl AppState {
@@ -29,6 +31,8 @@ impl AppState {
         let upstream = UpstreamClient::new(&settings.timeouts, settings.max_body_bytes)?;
         let overflow = SignatureTable::with_custom(&settings.overflow_signatures)?;
         let storage = open_storage(&settings).await?;
+        remember_the_store(&settings.database_url, &storage).await;
+        let writer = Writer::start(storage.clone());
         let background = tokio_util::task::TaskTracker::new();
         let sizes = Sizes::new(
             settings.context_windows.clone().into_iter().collect(),
@@ -43,6 +47,7 @@ impl AppState {
             storage,
             sizes,
             background,
+            writer,
         })
     }
 }
@@ -76,4 +81,22 @@ async fn open_storage(settings: &Settings) -> anyhow::Result<Storage> {
         Err(error) => Err(error)
             .context("opening the database (set storage.allow_degraded_start to start without it)"),
     }
+}
+
+/// Fills this instance's memory of the store before the first request:
+/// listening first (Postgres), so no compaction made meanwhile is missed,
+/// then the newest compactions. Without the database, memory starts empty
+/// and fills as compactions are made.
+async fn remember_the_store(url: &str, storage: &Storage) {
+    let Some(store) = storage.store() else {
+        return;
+    };
+    let memory = storage.memory();
+    if store.backend() == Backend::Postgres {
+        if let Err(error) = crate::store::notify::listen(url, store.clone(), memory.clone()).await {
+            tracing::warn!(error.message = %error, "cannot listen for other instances' compactions: they are found on overflow");
+        }
+    }
+    let remembered = crate::store::notify::remember_recent(store, memory, None).await;
+    tracing::debug!(remembered, "compactions loaded into memory");
 }

@@ -203,6 +203,7 @@ async fn newer_compaction(storage: &Storage, job: &Job<'_>) -> Option<Compaction
             s.latest_compaction(tenant, chain).await
         })
         .await??;
+    storage.memory().remember_compaction(tenant, &latest);
     let current_len = job.current.map_or(0, |c| c.prefix_len);
     (latest.prefix_len > current_len).then_some(latest)
 }
@@ -269,6 +270,9 @@ async fn store(storage: &Storage, job: &Job<'_>, compaction: &Compaction) {
             s.insert_compaction(tenant, compaction).await
         })
         .await;
+    if stored == Some(true) {
+        storage.memory().remember_compaction(tenant, compaction);
+    }
     let outcome = match stored {
         Some(true) => "stored",
         Some(false) => "duplicate",

@@ -3,6 +3,7 @@
 
 use super::budget::CompactionBudget;
 use super::inspect::{inspect, Inspected};
+use super::persist::Persisted;
 use super::respond::{self, Report};
 use super::rewrite;
 use super::usage::UsageTap;
@@ -13,7 +14,7 @@ use crate::http::routes::Route;
 use crate::overflow::{OverflowCause, OverflowSignal};
 use crate::protocol::{Adapter, ChatRequest};
 use crate::state::AppState;
-use crate::store::Compaction;
+use crate::store::{Compaction, QueueFull};
 use crate::tokens::ModelSize;
 use crate::upstream::headers;
 use axum::response::Response;
@@ -22,7 +23,6 @@ use http::request::Parts;
 use http::{HeaderMap, HeaderValue};
 use std::sync::Arc;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 pub struct Exchange {
     state: AppState,
@@ -32,7 +32,7 @@ pub struct Exchange {
     adapter: &'static dyn Adapter,
     request: Arc<ChatRequest>,
     conversation: Conversation,
-    persisted: Option<JoinHandle<bool>>,
+    persisted: Option<Persisted>,
     report: Report,
 }
 
@@ -49,7 +49,7 @@ impl Exchange {
         adapter: &'static dyn Adapter,
         request: Arc<ChatRequest>,
         conversation: Conversation,
-        persisted: JoinHandle<bool>,
+        persisted: Persisted,
     ) -> Self {
         let report = Report::default();
         Self {
@@ -66,7 +66,7 @@ impl Exchange {
     }
 
     pub async fn run(mut self, compacting: Option<watch::Sender<bool>>) -> (Response, Report) {
-        let mut applied = self.stored_compaction().await;
+        let mut applied = self.stored_compaction();
         let mut budget = CompactionBudget::new(self.state.settings.compaction.max_compactions);
         let protocol = self.route.upstream.protocol;
         loop {
@@ -198,24 +198,26 @@ impl Exchange {
     }
 
     fn finish(mut self, response: Response) -> (Response, Report) {
-        self.report.degraded = self.state.storage.is_degraded();
-        if self.report.degraded {
+        let queue_full = matches!(self.persisted, Some(Err(QueueFull)));
+        self.report.degraded = if self.state.storage.is_degraded() {
+            Some("storage-unavailable")
+        } else if queue_full {
+            Some("write-queue-full")
+        } else {
+            None
+        };
+        if self.report.degraded.is_some() {
             metrics::counter!("condenser_degraded_requests_total").increment(1);
         }
         (response, self.report)
     }
 
-    async fn stored_compaction(&mut self) -> Option<Compaction> {
-        let tenant = &self.conversation.tenant;
+    /// The compaction that applies, from memory: no round trip. One this
+    /// instance has not heard of yet costs an overflow, after which the
+    /// compaction step finds it in the store.
+    fn stored_compaction(&self) -> Option<Compaction> {
         let chain = self.conversation.summarizable_chain();
-        let found = self
-            .state
-            .storage
-            .run("latest_compaction", |s| async move {
-                s.latest_compaction(tenant, chain).await
-            })
-            .await;
-        found.flatten()
+        self.state.storage.memory().deepest_compaction(chain)
     }
 
     /// The client's bytes unchanged unless a compaction applies.
@@ -300,7 +302,7 @@ impl Exchange {
         };
         let planned = compaction::prepare(&sizing, &summarizer, &job)?;
         // The compaction names stored messages: let their write finish first.
-        if let Some(persisted) = self.persisted.take() {
+        if let Some(Ok(persisted)) = self.persisted.take() {
             let _ = persisted.await;
         }
         let storage = &self.state.storage;

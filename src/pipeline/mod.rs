@@ -55,12 +55,13 @@ pub async fn handle(state: &AppState, route: Route, request: Request) -> Respons
     let salt = state.settings.storage.tenant_salt.as_bytes();
     let conversation = identify::conversation(adapter, salt, &parts.headers, &chat);
     let chat = std::sync::Arc::new(chat);
-    let persisted = persist::spawn(
-        &state.background,
+    let persisted = persist::queue(
+        &state.writer,
         &state.storage,
         adapter,
         &conversation,
         &chat,
+        body.len(),
     );
     let observed = observe::Observed::new(state, &route.upstream.name, &chat.model, &conversation);
     let stream = chat.stream;

@@ -62,21 +62,20 @@ impl Observed {
             compactions: i64::from(report.compactions),
             overflows: i64::from(report.overflows),
             compaction_error: report.compaction_error.map(str::to_owned),
-            degraded: report.degraded,
+            degraded: report.degraded.is_some(),
         };
-        let storage = self.state.storage.clone();
+        let writer = self.state.writer.clone();
+        let stored = self.state.storage.store().is_some();
         self.state.background.spawn(async move {
             if let Some(usage) = usage {
                 // Resolves when the client's stream has been relayed whole.
                 let input = usage.await.ok().flatten().map(|u| u.input_tokens as i64);
                 record.upstream_input_tokens = input;
             }
-            let record = &record;
-            storage
-                .run("record_request", |s| async move {
-                    s.record_request(record).await
-                })
-                .await;
+            // A full queue drops a chart point, counted, never a message.
+            if stored {
+                let _ = writer.record(record);
+            }
         });
         (response, report)
     }

@@ -1,55 +1,57 @@
-//! Writing what is new (DESIGN.md step 3), off the latency path: it runs
-//! beside the upstream call, and only a compaction waits for it.
+//! Writing what is new (DESIGN.md step 3), off the latency path: the
+//! request hands its messages to the writer's queue and goes upstream; only
+//! a compaction waits for them to be stored.
 
 use crate::conversation::Conversation;
 use crate::protocol::{Adapter, ChatRequest};
-use crate::store::{NewMessage, Storage};
+use crate::store::{MessageWrite, NewMessage, QueueFull, RowsFrom, Storage, Writer};
 use std::sync::Arc;
-use tokio::task::JoinHandle;
-use tokio_util::task::TaskTracker;
-use tracing::Instrument;
+use tokio::sync::oneshot;
 
-/// Starts storing the messages of `request` not stored yet. The handle
-/// resolves to false when the database could not be reached.
-pub fn spawn(
-    background: &TaskTracker,
+/// Resolves to whether the request's messages are stored; `Err` when the
+/// queue was full and they were not queued (the next request of the
+/// conversation re-sends and stores them).
+pub type Persisted = Result<oneshot::Receiver<bool>, QueueFull>;
+
+/// Queues the messages of `request` not known to be stored. What this
+/// instance remembers decides where the new part starts; a chain it knows
+/// nothing of is looked up by the writer, not here.
+pub fn queue(
+    writer: &Writer,
     storage: &Storage,
     adapter: &'static dyn Adapter,
     conversation: &Conversation,
     request: &Arc<ChatRequest>,
-) -> JoinHandle<bool> {
-    let storage = storage.clone();
-    let conversation = conversation.clone();
-    let request = request.clone();
-    background.spawn(
-        async move {
-            let tenant = &conversation.tenant;
-            let chain = &conversation.chain;
-            let Some(stored) = storage
-                .run("stored_prefix", |s| async move {
-                    s.stored_prefix_len(tenant, chain).await
-                })
-                .await
-            else {
-                return false;
-            };
-            if stored >= conversation.chain.len() {
-                return true;
-            }
-            let new = &rows_from(adapter, &conversation, &request, stored);
-            let label = conversation.label.as_deref();
-            let written = storage
-                .run("insert_messages", |s| async move {
-                    s.insert_messages(tenant, label, new).await
-                })
-                .await;
-            if let Some(count) = written {
-                metrics::counter!("condenser_messages_stored_total").increment(count);
-            }
-            written.is_some()
-        }
-        .in_current_span(),
-    )
+    body_bytes: usize,
+) -> Persisted {
+    let known_stored = storage.memory().stored_prefix_len(&conversation.chain);
+    let (done, stored) = oneshot::channel();
+    if storage.store().is_none() || known_stored == conversation.chain.len() {
+        let _ = done.send(storage.store().is_some());
+        return Ok(stored);
+    }
+    // Only what is new is serialized, here when memory says where it
+    // starts; a chain memory knows nothing of waits for the writer's lookup
+    // with the whole request, and weighs that much in the queue.
+    let (rows_from, weight): (RowsFrom, usize) = if known_stored > 0 {
+        let rows = rows_from(adapter, conversation, request, known_stored);
+        let weight = rows.iter().map(|row| row.body.len()).sum();
+        (Box::new(move |_| rows), weight)
+    } else {
+        let (conversation, request) = (conversation.clone(), request.clone());
+        let rows = move |first| rows_from(adapter, &conversation, &request, first);
+        (Box::new(rows), body_bytes)
+    };
+    let write = MessageWrite {
+        tenant: conversation.tenant.clone(),
+        label: conversation.label.clone(),
+        chain: conversation.chain.clone(),
+        known_stored,
+        rows_from,
+        done,
+    };
+    writer.messages(write, weight)?;
+    Ok(stored)
 }
 
 /// One row per chain link from `first` on: the system part is position 0,

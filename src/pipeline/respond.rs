@@ -20,7 +20,8 @@ use tokio_util::task::TaskTracker;
 pub struct Report {
     pub compactions: u32,
     pub compacted_messages: Option<i64>,
-    pub degraded: bool,
+    /// Why storing was skipped, as the `x-condenser-degraded` header says.
+    pub degraded: Option<&'static str>,
     pub compaction_error: Option<&'static str>,
     pub overflows: u32,
     /// Size of the body last sent upstream.
@@ -38,11 +39,8 @@ impl Report {
         if let Some(count) = self.compacted_messages {
             headers.insert("x-condenser-compacted-messages", HeaderValue::from(count));
         }
-        if self.degraded {
-            headers.insert(
-                "x-condenser-degraded",
-                HeaderValue::from_static("storage-unavailable"),
-            );
+        if let Some(reason) = self.degraded {
+            headers.insert("x-condenser-degraded", HeaderValue::from_static(reason));
         }
         if let Some(kind) = self.compaction_error {
             headers.insert(

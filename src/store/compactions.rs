@@ -3,6 +3,7 @@
 use super::rows::{hash_column, push_placeholders, HASH_CHUNK};
 use super::{Result, Store};
 use crate::conversation::{ChainHash, TenantId, TrimRecord};
+use futures_util::TryStreamExt;
 use sqlx::any::AnyRow;
 use sqlx::{Any, FromRow, QueryBuilder, Row};
 
@@ -157,5 +158,49 @@ impl Store {
         .execute(&self.pool)
         .await?;
         Ok(result.rows_affected() == 1)
+    }
+}
+
+impl Store {
+    /// The compaction of `tenant` whose prefix ends at `prefix`, if stored.
+    pub async fn compaction_at(
+        &self,
+        tenant: &TenantId,
+        prefix: &ChainHash,
+    ) -> Result<Option<Compaction>> {
+        let query = format!(
+            "select {COMPACTION_COLUMNS} from compactions where tenant = $1 and prefix_hash = $2"
+        );
+        Ok(sqlx::query_as(&query)
+            .bind(tenant.as_str())
+            .bind(prefix.to_hex())
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    /// The newest compactions, newest first, up to `max_bytes` of summaries:
+    /// what an instance remembers when it starts.
+    pub async fn recent_compactions(
+        &self,
+        created_since_ms: i64,
+        max_bytes: u64,
+    ) -> Result<Vec<(TenantId, Compaction)>> {
+        let query = format!(
+            "select tenant, {COMPACTION_COLUMNS} from compactions \
+             where created_at >= $1 order by created_at desc"
+        );
+        let mut rows = sqlx::query(&query).bind(created_since_ms).fetch(&self.pool);
+        let mut found = Vec::new();
+        let mut bytes = 0u64;
+        while let Some(row) = rows.try_next().await? {
+            let compaction = Compaction::from_row(&row)?;
+            bytes += compaction.summary.len() as u64;
+            if bytes > max_bytes {
+                break;
+            }
+            let tenant = TenantId::from_stored(row.try_get("tenant")?);
+            found.push((tenant, compaction));
+        }
+        Ok(found)
     }
 }

@@ -5,7 +5,7 @@
 //! breaker's verdict: the database could not be reached, or several
 //! statements in a row failed. One failing statement degrades nothing.
 
-use super::{Store, StoreError};
+use super::{Store, StoreError, StoreMemory};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,6 +19,7 @@ const FAILURES_TO_TRIP: u32 = 3;
 pub struct Storage {
     store: Option<Store>,
     health: Arc<Health>,
+    memory: StoreMemory,
 }
 
 struct Health {
@@ -45,11 +46,17 @@ impl Storage {
         Self {
             store,
             health: Arc::new(health),
+            memory: StoreMemory::default(),
         }
     }
 
     pub fn store(&self) -> Option<&Store> {
         self.store.as_ref()
+    }
+
+    /// What this instance remembers of the store (see `store::memory`).
+    pub fn memory(&self) -> &StoreMemory {
+        &self.memory
     }
 
     /// Runs a store operation unless the database is known to be down and

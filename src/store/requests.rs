@@ -6,7 +6,7 @@ use super::rows::hash_column;
 use super::{Result, Store};
 use crate::conversation::{ChainHash, TenantId};
 use sqlx::any::AnyRow;
-use sqlx::{FromRow, Row};
+use sqlx::{AnyConnection, FromRow, Row};
 
 /// Request rows kept per conversation: enough for a day-long agent session's
 /// chart; older ones are dropped as new ones come.
@@ -112,73 +112,8 @@ impl Store {
     /// people, and a lost update costs one point of a chart.
     #[tracing::instrument(name = "store.record_request", level = "debug", skip_all)]
     pub async fn record_request(&self, record: &RequestRecord) -> Result<()> {
-        let (Some(root), Some(head)) = (record.chain.first(), record.chain.last()) else {
-            return Ok(());
-        };
-        let tenant = record.tenant.as_str();
-        let previous =
-            sqlx::query("select head, messages from conversations where tenant = $1 and root = $2")
-                .bind(tenant)
-                .bind(root.to_hex())
-                .fetch_optional(&self.pool)
-                .await?;
-        let branched = match previous {
-            Some(row) => {
-                let at: i64 = row.try_get("messages")?;
-                let previous_head = hash_column(&row, "head")?;
-                usize::try_from(at).ok().and_then(|at| record.chain.get(at)) != Some(&previous_head)
-            }
-            None => false,
-        };
-        let at = record.arrived_at_ms;
-        let messages = record.chain.len() as i64 - 1;
-        let tokens = record
-            .upstream_input_tokens
-            .unwrap_or(record.estimated_tokens);
-        let requests: i64 = sqlx::query_scalar(UPSERT_CONVERSATION)
-            .bind(tenant)
-            .bind(root.to_hex())
-            .bind(record.label.as_deref())
-            .bind(head.to_hex())
-            .bind(messages)
-            .bind(record.compactions)
-            .bind(tokens)
-            .bind(record.window_tokens)
-            .bind(record.model.as_str())
-            .bind(at)
-            .bind(i64::from(branched))
-            .fetch_one(&self.pool)
-            .await?;
-        sqlx::query(INSERT_REQUEST)
-            .bind(tenant)
-            .bind(root.to_hex())
-            .bind(record.id.to_string())
-            .bind(head.to_hex())
-            .bind(messages)
-            .bind(record.model.as_str())
-            .bind(record.upstream.as_str())
-            .bind(record.status)
-            .bind(record.sent_bytes)
-            .bind(record.estimated_tokens)
-            .bind(record.upstream_input_tokens)
-            .bind(record.window_tokens)
-            .bind(record.compacted_messages)
-            .bind(record.compactions)
-            .bind(record.overflows)
-            .bind(record.compaction_error.as_deref())
-            .bind(i64::from(record.degraded))
-            .bind(at)
-            .execute(&self.pool)
-            .await?;
-        if requests > REQUESTS_KEPT && requests % PRUNE_EVERY == 0 {
-            sqlx::query(PRUNE_REQUESTS)
-                .bind(tenant)
-                .bind(root.to_hex())
-                .bind(REQUESTS_KEPT - 1)
-                .execute(&self.pool)
-                .await?;
-        }
-        Ok(())
+        let mut connection = self.pool.acquire().await?;
+        record_request_on(&mut connection, record).await
     }
 
     /// The stored requests of one conversation, oldest first.
@@ -199,4 +134,79 @@ impl Store {
         .await?;
         Ok(rows)
     }
+}
+
+/// [`Store::record_request`] on one connection, so that a batch of writes
+/// can share a transaction.
+pub(super) async fn record_request_on(
+    connection: &mut AnyConnection,
+    record: &RequestRecord,
+) -> Result<()> {
+    let (Some(root), Some(head)) = (record.chain.first(), record.chain.last()) else {
+        return Ok(());
+    };
+    let tenant = record.tenant.as_str();
+    let previous =
+        sqlx::query("select head, messages from conversations where tenant = $1 and root = $2")
+            .bind(tenant)
+            .bind(root.to_hex())
+            .fetch_optional(&mut *connection)
+            .await?;
+    let branched = match previous {
+        Some(row) => {
+            let at: i64 = row.try_get("messages")?;
+            let previous_head = hash_column(&row, "head")?;
+            usize::try_from(at).ok().and_then(|at| record.chain.get(at)) != Some(&previous_head)
+        }
+        None => false,
+    };
+    let at = record.arrived_at_ms;
+    let messages = record.chain.len() as i64 - 1;
+    let tokens = record
+        .upstream_input_tokens
+        .unwrap_or(record.estimated_tokens);
+    let requests: i64 = sqlx::query_scalar(UPSERT_CONVERSATION)
+        .bind(tenant)
+        .bind(root.to_hex())
+        .bind(record.label.as_deref())
+        .bind(head.to_hex())
+        .bind(messages)
+        .bind(record.compactions)
+        .bind(tokens)
+        .bind(record.window_tokens)
+        .bind(record.model.as_str())
+        .bind(at)
+        .bind(i64::from(branched))
+        .fetch_one(&mut *connection)
+        .await?;
+    sqlx::query(INSERT_REQUEST)
+        .bind(tenant)
+        .bind(root.to_hex())
+        .bind(record.id.to_string())
+        .bind(head.to_hex())
+        .bind(messages)
+        .bind(record.model.as_str())
+        .bind(record.upstream.as_str())
+        .bind(record.status)
+        .bind(record.sent_bytes)
+        .bind(record.estimated_tokens)
+        .bind(record.upstream_input_tokens)
+        .bind(record.window_tokens)
+        .bind(record.compacted_messages)
+        .bind(record.compactions)
+        .bind(record.overflows)
+        .bind(record.compaction_error.as_deref())
+        .bind(i64::from(record.degraded))
+        .bind(at)
+        .execute(&mut *connection)
+        .await?;
+    if requests > REQUESTS_KEPT && requests % PRUNE_EVERY == 0 {
+        sqlx::query(PRUNE_REQUESTS)
+            .bind(tenant)
+            .bind(root.to_hex())
+            .bind(REQUESTS_KEPT - 1)
+            .execute(&mut *connection)
+            .await?;
+    }
+    Ok(())
 }

@@ -329,3 +329,96 @@ async fn a_restart_after_a_kill_mid_summary_does_not_wait_for_the_dead_lease() {
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["x-condenser-compactions"], "1");
 }
+
+/// The next turn of `request`: the answer it got, and a new question.
+fn next_turn(request: &serde_json::Value, question: &str) -> serde_json::Value {
+    let mut next = request.clone();
+    let messages = next["messages"].as_array_mut().expect("messages");
+    messages.push(json!({"role": "assistant", "content": "Here is what I found."}));
+    messages.push(json!({"role": "user", "content": question}));
+    next
+}
+
+/// Instance A compacts; instance B has not heard of it (its notification
+/// was lost). B's view is stale: it may cost one extra round trip, never a
+/// second summary and never a wrong rewrite, and afterwards B knows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_with_a_stale_view_reuses_another_instances_compaction() {
+    let upstream = fake(Duration::ZERO).await;
+    let fleet = summarizing_fleet(2, &upstream, &[]).await;
+    sqlx::query("alter table compactions disable trigger compactions_notify")
+        .execute(&fleet.db.pool().await)
+        .await
+        .expect("notifications off");
+    let (a, b) = (&fleet.instances[0], &fleet.instances[1]);
+    let client = reqwest::Client::new();
+    let first = overflowing_request();
+    let answered = post(&client, a.url("/v1/chat/completions"), &first).await;
+    assert_eq!(answered.status(), 200);
+    assert_eq!(answered.headers()["x-condenser-compactions"], "1");
+    assert_eq!(upstream.summary_requests().len(), 1);
+
+    upstream.clear_requests();
+    let second = next_turn(&first, "And the second question?");
+    let answered = post(&client, b.url("/v1/chat/completions"), &second).await;
+    assert_eq!(answered.status(), 200);
+    assert!(
+        upstream.summary_requests().is_empty(),
+        "B reused A's summary instead of writing its own"
+    );
+    let calls = upstream.chat_requests();
+    assert!(calls.len() <= 2, "at most one extra round trip: {calls:?}");
+    let sent = calls.last().expect("a chat call");
+    assert_eq!(sent.status, 200);
+    assert!(
+        String::from_utf8_lossy(&sent.body).contains(condenser::protocol::SUMMARY_MARKER),
+        "what B sent carries A's summary"
+    );
+    assert!(
+        String::from_utf8_lossy(&sent.body).contains("And the second question?"),
+        "and B's newest message as itself"
+    );
+
+    upstream.clear_requests();
+    let reused = |instance| {
+        metric(
+            &client,
+            instance,
+            "condenser_compactions_total",
+            "outcome=\"reused\"",
+        )
+    };
+    let reused_before = reused(b).await;
+    let third = next_turn(&second, "And the third?");
+    let answered = post(&client, b.url("/v1/chat/completions"), &third).await;
+    assert_eq!(answered.status(), 200);
+    assert_eq!(answered.headers()["x-condenser-compactions"], "0");
+    let calls = upstream.chat_requests();
+    assert_eq!(calls.len(), 1, "B now knows the compaction: {calls:?}");
+    assert_eq!(calls[0].status, 200);
+    assert_eq!(reused(b).await, reused_before, "B applied it from memory");
+}
+
+/// With notifications on, instance B hears of A's compaction at once and
+/// applies it to the conversation's next turn: no overflow, no lookup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_applies_another_instances_compaction_it_was_told_of() {
+    let upstream = fake(Duration::ZERO).await;
+    let fleet = summarizing_fleet(2, &upstream, &[]).await;
+    let (a, b) = (&fleet.instances[0], &fleet.instances[1]);
+    let client = reqwest::Client::new();
+    let first = overflowing_request();
+    let answered = post(&client, a.url("/v1/chat/completions"), &first).await;
+    assert_eq!(answered.headers()["x-condenser-compactions"], "1");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    upstream.clear_requests();
+    let second = next_turn(&first, "And the second question?");
+    let answered = post(&client, b.url("/v1/chat/completions"), &second).await;
+    assert_eq!(answered.status(), 200);
+    assert_eq!(answered.headers()["x-condenser-compactions"], "0");
+    let calls = upstream.chat_requests();
+    assert_eq!(calls.len(), 1, "no overflow on B: {calls:?}");
+    assert!(String::from_utf8_lossy(&calls[0].body).contains(condenser::protocol::SUMMARY_MARKER));
+    assert!(upstream.summary_requests().is_empty());
+}
