@@ -6,6 +6,7 @@ mod anthropic;
 mod browser;
 mod codex;
 mod compaction;
+mod crashes;
 mod disconnects;
 mod failures;
 mod fleet;

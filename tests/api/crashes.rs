@@ -1,0 +1,125 @@
+//! A process killed with writes still queued. Condenser answers before it
+//! writes (group commits off the request path), so a SIGKILL can lose the
+//! queue; what it guarantees is that nothing is lost for good: the client's
+//! next request re-sends the history, and the restarted process stores
+//! every message of it, each exactly once.
+
+use crate::helpers::app::OPENAI_KEY;
+use crate::helpers::db::{TestBackend, TestDb};
+use crate::helpers::process::ProxyProcess;
+use fake_upstream::{FakeConfig, FakeUpstream};
+use serde_json::{json, Value};
+use sqlx::{AnyPool, Row};
+use std::time::Duration;
+
+const CONVERSATIONS: usize = 8;
+
+fn first_turn(n: usize) -> Vec<Value> {
+    vec![
+        json!({"role": "system", "content": "You are terse."}),
+        json!({"role": "user", "content": format!("conversation {n}: the first question")}),
+    ]
+}
+
+fn next_turn(n: usize) -> Vec<Value> {
+    let mut messages = first_turn(n);
+    messages.push(json!({"role": "assistant", "content": format!("answer {n}")}));
+    messages.push(json!({"role": "user", "content": format!("conversation {n}: the follow-up")}));
+    messages
+}
+
+async fn ask(client: &reqwest::Client, proxy: &ProxyProcess, messages: &[Value]) {
+    let response = client
+        .post(proxy.url("/v1/chat/completions"))
+        .bearer_auth(OPENAI_KEY)
+        .json(&json!({"model": "gpt-4o-mini", "messages": messages}))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(response.status(), 200);
+}
+
+async fn bodies(pool: &AnyPool) -> Vec<String> {
+    sqlx::query("select body from messages order by body")
+        .fetch_all(pool)
+        .await
+        .expect("messages")
+        .iter()
+        .map(|row| row.get::<String, _>("body"))
+        .collect()
+}
+
+/// Holds the database's write lock on messages until dropped (rolled
+/// back): the proxy's writer waits, its queue stays full of answered
+/// requests' messages.
+async fn block_writes(pool: &AnyPool, backend: TestBackend) -> sqlx::Transaction<'static, sqlx::Any> {
+    let mut tx = pool.begin().await.expect("transaction");
+    let statement = match backend {
+        TestBackend::Postgres => "lock table messages in exclusive mode",
+        // Any write takes SQLite's single write lock for the transaction.
+        TestBackend::Sqlite => "delete from leases where tenant = 'none'",
+    };
+    sqlx::query(statement).execute(&mut *tx).await.expect("lock");
+    tx
+}
+
+async fn killed_with_a_full_queue_loses_nothing_for_good(backend: TestBackend) {
+    let upstream = FakeUpstream::start(FakeConfig::default()).await;
+    let db = TestDb::new(backend).await;
+    let env = [
+        ("CONDENSER_OPENAI_BASE_URL", upstream.openai_base_url()),
+        ("DATABASE_URL", db.url.clone()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let client = reqwest::Client::new();
+    let mut proxy = ProxyProcess::start(&env);
+    let pool = db.pool().await;
+
+    let lock = block_writes(&pool, backend).await;
+    for n in 0..CONVERSATIONS {
+        ask(&client, &proxy, &first_turn(n)).await;
+    }
+    // Every request was answered; its messages wait behind the lock.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.signal("KILL");
+    proxy.wait_exit(Duration::from_secs(10)).expect("killed");
+    lock.rollback().await.expect("unlocked");
+    assert!(
+        bodies(&pool).await.is_empty(),
+        "the queue held the answered requests' messages when the process died"
+    );
+
+    let restarted = ProxyProcess::start(&env);
+    for n in 0..CONVERSATIONS {
+        ask(&client, &restarted, &next_turn(n)).await;
+    }
+    // One shared root (same key, same system prompt), three messages each.
+    let expected = 1 + CONVERSATIONS * (next_turn(0).len() - 1);
+    let mut stored = Vec::new();
+    for _ in 0..100 {
+        stored = bodies(&pool).await;
+        if stored.len() >= expected {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(stored.len(), expected, "every message, each once");
+    for n in 0..CONVERSATIONS {
+        for message in next_turn(n).iter().skip(1) {
+            assert!(
+                stored.contains(&message.to_string()),
+                "{message} was lost"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_killed_with_a_full_write_queue_loses_nothing_for_good() {
+    killed_with_a_full_queue_loses_nothing_for_good(TestBackend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_killed_with_a_full_write_queue_loses_nothing_for_good() {
+    killed_with_a_full_queue_loses_nothing_for_good(TestBackend::Sqlite).await;
+}
