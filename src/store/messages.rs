@@ -1,7 +1,7 @@
 //! Messages: finding how much of a chain is already stored, and writing only
 //! the rest (DESIGN.md "Persist": cost grows with what is new).
 
-use super::requests::{record_request_on, RequestRecord};
+use super::requests::{record_requests_on, RequestRecord};
 use super::rows::{hash_column, now_ms, push_placeholders, push_row_placeholders, HASH_CHUNK};
 use super::{Result, Store};
 use crate::conversation::{ChainHash, TenantId};
@@ -115,9 +115,7 @@ impl Store {
         for chunk in rows.chunks(INSERT_CHUNK) {
             inserted += insert_rows(&mut tx, chunk, created_at).await?;
         }
-        for record in records {
-            record_request_on(&mut tx, record).await?;
-        }
+        record_requests_on(&mut tx, records).await?;
         tx.commit().await?;
         Ok(inserted)
     }

@@ -2,11 +2,12 @@
 //! the per-conversation row the list reads, both written in the background
 //! after the response.
 
-use super::rows::hash_column;
+use super::rows::{hash_column, push_placeholders, push_row_placeholders};
 use super::{Result, Store};
 use crate::conversation::{ChainHash, TenantId};
 use sqlx::any::AnyRow;
-use sqlx::{AnyConnection, FromRow, Row};
+use sqlx::{Any, AnyConnection, FromRow, QueryBuilder, Row};
+use std::collections::HashMap;
 
 /// Request rows kept per conversation: enough for a day-long agent session's
 /// chart; older ones are dropped as new ones come.
@@ -54,14 +55,17 @@ pub struct RequestPoint {
     pub status: i64,
 }
 
-const UPSERT_CONVERSATION: &str = "\
+/// Rolls a batch's requests of one conversation into its row: counts are
+/// added, `branches` arrives as one plus the new branches seen.
+const UPSERT_CONVERSATIONS: &str = "\
 insert into conversations (tenant, root, label, head, messages, branches, requests, compactions,
-    tokens, window_tokens, model, pruned_at, last_activity, created_at)
-values ($1, $2, $3, $4, $5, 1, 1, $6, $7, $8, $9, null, $10, $10)
+    tokens, window_tokens, model, pruned_at, last_activity, created_at) values ";
+
+const UPSERT_CONVERSATIONS_CONFLICT: &str = " \
 on conflict (tenant, root) do update set
     label = coalesce(excluded.label, conversations.label),
-    branches = conversations.branches + $11,
-    requests = conversations.requests + 1,
+    branches = conversations.branches + excluded.branches - 1,
+    requests = conversations.requests + excluded.requests,
     compactions = conversations.compactions + excluded.compactions,
     window_tokens = coalesce(excluded.window_tokens, conversations.window_tokens),
     -- Records land out of order (each waits for its response's usage):
@@ -76,13 +80,21 @@ on conflict (tenant, root) do update set
         then excluded.model else conversations.model end,
     last_activity = case when excluded.last_activity >= conversations.last_activity
         then excluded.last_activity else conversations.last_activity end
-returning requests";
+returning tenant, root, requests";
 
-const INSERT_REQUEST: &str = "\
+/// Columns bound per conversation row, in placeholder order.
+const CONVERSATION_COLUMNS: usize = 14;
+
+const INSERT_REQUESTS: &str = "\
 insert into requests (tenant, root, id, head, messages, model, upstream, status, sent_bytes,
     estimated_tokens, upstream_input_tokens, window_tokens, compacted_messages, compactions,
-    overflows, compaction_error, degraded, created_at)
-values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)";
+    overflows, compaction_error, degraded, created_at) values ";
+
+/// Columns bound per request row, in placeholder order.
+const REQUEST_COLUMNS: usize = 18;
+
+/// Rows per multi-row statement: under every backend's parameter limit.
+const ROWS_PER_STATEMENT: usize = 100;
 
 /// Keeps the newest [`REQUESTS_KEPT`] rows of one conversation.
 const PRUNE_REQUESTS: &str = "\
@@ -113,7 +125,7 @@ impl Store {
     #[tracing::instrument(name = "store.record_request", level = "debug", skip_all)]
     pub async fn record_request(&self, record: &RequestRecord) -> Result<()> {
         let mut connection = self.pool.acquire().await?;
-        record_request_on(&mut connection, record).await
+        record_requests_on(&mut connection, std::slice::from_ref(record)).await
     }
 
     /// The stored requests of one conversation, oldest first.
@@ -136,77 +148,206 @@ impl Store {
     }
 }
 
-/// [`Store::record_request`] on one connection, so that a batch of writes
-/// can share a transaction.
-pub(super) async fn record_request_on(
-    connection: &mut AnyConnection,
-    record: &RequestRecord,
-) -> Result<()> {
-    let (Some(root), Some(head)) = (record.chain.first(), record.chain.last()) else {
-        return Ok(());
-    };
-    let tenant = record.tenant.as_str();
-    let previous =
-        sqlx::query("select head, messages from conversations where tenant = $1 and root = $2")
-            .bind(tenant)
-            .bind(root.to_hex())
-            .fetch_optional(&mut *connection)
-            .await?;
-    let branched = match previous {
-        Some(row) => {
-            let at: i64 = row.try_get("messages")?;
-            let previous_head = hash_column(&row, "head")?;
-            usize::try_from(at).ok().and_then(|at| record.chain.get(at)) != Some(&previous_head)
-        }
-        None => false,
-    };
-    let at = record.arrived_at_ms;
-    let messages = record.chain.len() as i64 - 1;
-    let tokens = record
-        .upstream_input_tokens
-        .unwrap_or(record.estimated_tokens);
-    let requests: i64 = sqlx::query_scalar(UPSERT_CONVERSATION)
-        .bind(tenant)
-        .bind(root.to_hex())
-        .bind(record.label.as_deref())
-        .bind(head.to_hex())
-        .bind(messages)
-        .bind(record.compactions)
-        .bind(tokens)
-        .bind(record.window_tokens)
-        .bind(record.model.as_str())
-        .bind(at)
-        .bind(i64::from(branched))
-        .fetch_one(&mut *connection)
-        .await?;
-    sqlx::query(INSERT_REQUEST)
-        .bind(tenant)
-        .bind(root.to_hex())
-        .bind(record.id.to_string())
-        .bind(head.to_hex())
-        .bind(messages)
-        .bind(record.model.as_str())
-        .bind(record.upstream.as_str())
-        .bind(record.status)
-        .bind(record.sent_bytes)
-        .bind(record.estimated_tokens)
-        .bind(record.upstream_input_tokens)
-        .bind(record.window_tokens)
-        .bind(record.compacted_messages)
-        .bind(record.compactions)
-        .bind(record.overflows)
-        .bind(record.compaction_error.as_deref())
-        .bind(i64::from(record.degraded))
-        .bind(at)
-        .execute(&mut *connection)
-        .await?;
-    if requests > REQUESTS_KEPT && requests % PRUNE_EVERY == 0 {
-        sqlx::query(PRUNE_REQUESTS)
-            .bind(tenant)
-            .bind(root.to_hex())
-            .bind(REQUESTS_KEPT - 1)
-            .execute(&mut *connection)
-            .await?;
+/// One conversation's requests in a batch, oldest first.
+struct Rollup<'a> {
+    tenant: &'a TenantId,
+    root: ChainHash,
+    records: Vec<&'a RequestRecord>,
+    branched: i64,
+}
+
+impl Rollup<'_> {
+    fn newest(&self) -> &RequestRecord {
+        self.records[self.records.len() - 1]
     }
+}
+
+/// Stores a batch of requests' figures and rolls them into their
+/// conversations' rows: a few statements per batch, not per request. The
+/// figures are for people; a lost update costs one point of a chart.
+pub(super) async fn record_requests_on(
+    connection: &mut AnyConnection,
+    records: &[RequestRecord],
+) -> Result<()> {
+    let mut rollups = rollups(records);
+    if rollups.is_empty() {
+        return Ok(());
+    }
+    for chunk in rollups.chunks_mut(ROWS_PER_STATEMENT) {
+        count_branches(connection, chunk).await?;
+        let totals = upsert_conversations(connection, chunk).await?;
+        prune_requests(connection, chunk, &totals).await?;
+    }
+    let recorded: Vec<&RequestRecord> = rollups.iter().flat_map(|r| r.records.clone()).collect();
+    for chunk in recorded.chunks(ROWS_PER_STATEMENT) {
+        insert_requests(connection, chunk).await?;
+    }
+    Ok(())
+}
+
+fn rollups(records: &[RequestRecord]) -> Vec<Rollup<'_>> {
+    let mut by_conversation: HashMap<(&str, ChainHash), Rollup<'_>> = HashMap::new();
+    for record in records {
+        let (Some(root), Some(_)) = (record.chain.first(), record.chain.last()) else {
+            continue;
+        };
+        by_conversation
+            .entry((record.tenant.as_str(), *root))
+            .or_insert_with(|| Rollup {
+                tenant: &record.tenant,
+                root: *root,
+                records: Vec::new(),
+                branched: 0,
+            })
+            .records
+            .push(record);
+    }
+    let mut rollups: Vec<Rollup<'_>> = by_conversation.into_values().collect();
+    for rollup in &mut rollups {
+        rollup.records.sort_by_key(|r| (r.arrived_at_ms, r.id));
+    }
+    // Key order: two instances' batches lock conversation rows alike.
+    rollups.sort_by(|a, b| (a.tenant.as_str(), a.root).cmp(&(b.tenant.as_str(), b.root)));
+    rollups
+}
+
+/// A request branched when its chain does not pass through the head the
+/// conversation had before it: the stored head for the first request of
+/// the batch, the previous request's for the others.
+async fn count_branches(connection: &mut AnyConnection, rollups: &mut [Rollup<'_>]) -> Result<()> {
+    let mut builder = QueryBuilder::<Any>::new(
+        "select tenant, root, head, messages from conversations where (tenant, root) in (",
+    );
+    for index in 0..rollups.len() {
+        builder.push(if index > 0 { ", (" } else { "(" });
+        push_placeholders(&mut builder, 1 + index * 2, 2);
+        builder.push(")");
+    }
+    builder.push(")");
+    let mut query = builder.build().persistent(false);
+    for rollup in rollups.iter() {
+        query = query
+            .bind(rollup.tenant.as_str())
+            .bind(rollup.root.to_hex());
+    }
+    let mut stored = HashMap::new();
+    for row in query.fetch_all(&mut *connection).await? {
+        let tenant: String = row.try_get("tenant")?;
+        let root = hash_column(&row, "root")?;
+        let head = hash_column(&row, "head")?;
+        let messages: i64 = row.try_get("messages")?;
+        stored.insert((tenant, root), (head, messages));
+    }
+    for rollup in rollups.iter_mut() {
+        let mut previous = stored.remove(&(rollup.tenant.as_str().to_owned(), rollup.root));
+        for record in &rollup.records {
+            if let Some((head, at)) = previous {
+                let passes = usize::try_from(at).ok().and_then(|at| record.chain.get(at));
+                rollup.branched += i64::from(passes != Some(&head));
+            }
+            let head = *record.chain.last().unwrap_or(&rollup.root);
+            previous = Some((head, record.chain.len() as i64 - 1));
+        }
+    }
+    Ok(())
+}
+
+/// Returns each conversation's request count after the update.
+async fn upsert_conversations(
+    connection: &mut AnyConnection,
+    rollups: &[Rollup<'_>],
+) -> Result<HashMap<(String, ChainHash), i64>> {
+    let mut builder = QueryBuilder::<Any>::new(UPSERT_CONVERSATIONS);
+    push_row_placeholders(&mut builder, 1, rollups.len(), CONVERSATION_COLUMNS);
+    builder.push(UPSERT_CONVERSATIONS_CONFLICT);
+    let mut query = builder.build().persistent(false);
+    for rollup in rollups {
+        let newest = rollup.newest();
+        let label = rollup.records.iter().rev().find_map(|r| r.label.as_deref());
+        let window = rollup.records.iter().rev().find_map(|r| r.window_tokens);
+        let compactions: i64 = rollup.records.iter().map(|r| r.compactions).sum();
+        let tokens = newest
+            .upstream_input_tokens
+            .unwrap_or(newest.estimated_tokens);
+        let head = newest.chain.last().unwrap_or(&rollup.root);
+        query = query
+            .bind(rollup.tenant.as_str())
+            .bind(rollup.root.to_hex())
+            .bind(label)
+            .bind(head.to_hex())
+            .bind(newest.chain.len() as i64 - 1)
+            .bind(1 + rollup.branched)
+            .bind(rollup.records.len() as i64)
+            .bind(compactions)
+            .bind(tokens)
+            .bind(window)
+            .bind(newest.model.as_str())
+            .bind(None::<i64>)
+            .bind(newest.arrived_at_ms)
+            .bind(rollup.records[0].arrived_at_ms);
+    }
+    let mut totals = HashMap::new();
+    for row in query.fetch_all(&mut *connection).await? {
+        let tenant: String = row.try_get("tenant")?;
+        let root = hash_column(&row, "root")?;
+        totals.insert((tenant, root), row.try_get::<i64, _>("requests")?);
+    }
+    Ok(totals)
+}
+
+/// Drops a conversation's oldest request rows once it passes
+/// [`REQUESTS_KEPT`], on every [`PRUNE_EVERY`]-th request only.
+async fn prune_requests(
+    connection: &mut AnyConnection,
+    rollups: &[Rollup<'_>],
+    totals: &HashMap<(String, ChainHash), i64>,
+) -> Result<()> {
+    for rollup in rollups {
+        let key = (rollup.tenant.as_str().to_owned(), rollup.root);
+        let Some(&requests) = totals.get(&key) else {
+            continue;
+        };
+        let added = rollup.records.len() as i64;
+        let crossed = requests / PRUNE_EVERY > (requests - added) / PRUNE_EVERY;
+        if requests > REQUESTS_KEPT && crossed {
+            sqlx::query(PRUNE_REQUESTS)
+                .bind(rollup.tenant.as_str())
+                .bind(rollup.root.to_hex())
+                .bind(REQUESTS_KEPT - 1)
+                .execute(&mut *connection)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+async fn insert_requests(connection: &mut AnyConnection, records: &[&RequestRecord]) -> Result<()> {
+    let mut builder = QueryBuilder::<Any>::new(INSERT_REQUESTS);
+    push_row_placeholders(&mut builder, 1, records.len(), REQUEST_COLUMNS);
+    let mut query = builder.build().persistent(false);
+    for record in records {
+        let root = record.chain[0];
+        let head = record.chain.last().unwrap_or(&root);
+        query = query
+            .bind(record.tenant.as_str())
+            .bind(root.to_hex())
+            .bind(record.id.to_string())
+            .bind(head.to_hex())
+            .bind(record.chain.len() as i64 - 1)
+            .bind(record.model.as_str())
+            .bind(record.upstream.as_str())
+            .bind(record.status)
+            .bind(record.sent_bytes)
+            .bind(record.estimated_tokens)
+            .bind(record.upstream_input_tokens)
+            .bind(record.window_tokens)
+            .bind(record.compacted_messages)
+            .bind(record.compactions)
+            .bind(record.overflows)
+            .bind(record.compaction_error.as_deref())
+            .bind(i64::from(record.degraded))
+            .bind(record.arrived_at_ms);
+    }
+    query.execute(&mut *connection).await?;
     Ok(())
 }

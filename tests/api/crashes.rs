@@ -52,14 +52,20 @@ async fn bodies(pool: &AnyPool) -> Vec<String> {
 /// Holds the database's write lock on messages until dropped (rolled
 /// back): the proxy's writer waits, its queue stays full of answered
 /// requests' messages.
-async fn block_writes(pool: &AnyPool, backend: TestBackend) -> sqlx::Transaction<'static, sqlx::Any> {
+async fn block_writes(
+    pool: &AnyPool,
+    backend: TestBackend,
+) -> sqlx::Transaction<'static, sqlx::Any> {
     let mut tx = pool.begin().await.expect("transaction");
     let statement = match backend {
         TestBackend::Postgres => "lock table messages in exclusive mode",
         // Any write takes SQLite's single write lock for the transaction.
         TestBackend::Sqlite => "delete from leases where tenant = 'none'",
     };
-    sqlx::query(statement).execute(&mut *tx).await.expect("lock");
+    sqlx::query(statement)
+        .execute(&mut *tx)
+        .await
+        .expect("lock");
     tx
 }
 
@@ -106,10 +112,7 @@ async fn killed_with_a_full_queue_loses_nothing_for_good(backend: TestBackend) {
     assert_eq!(stored.len(), expected, "every message, each once");
     for n in 0..CONVERSATIONS {
         for message in next_turn(n).iter().skip(1) {
-            assert!(
-                stored.contains(&message.to_string()),
-                "{message} was lost"
-            );
+            assert!(stored.contains(&message.to_string()), "{message} was lost");
         }
     }
 }
