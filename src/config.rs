@@ -142,6 +142,10 @@ pub struct StorageSettings {
     /// How often one instance runs retention and pruning.
     #[serde(default = "defaults::maintenance_interval", with = "humantime_serde")]
     pub maintenance_interval: Duration,
+    /// Bytes of messages waiting to be written; past it a request is
+    /// forwarded unstored (degraded) and its next request stores them.
+    #[serde(default = "defaults::write_queue_bytes")]
+    pub write_queue_bytes: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -32,7 +32,7 @@ impl AppState {
         let overflow = SignatureTable::with_custom(&settings.overflow_signatures)?;
         let storage = open_storage(&settings).await?;
         remember_the_store(&settings.database_url, &storage).await;
-        let writer = Writer::start(storage.clone());
+        let writer = Writer::start(storage.clone(), settings.storage.write_queue_bytes);
         let background = tokio_util::task::TaskTracker::new();
         let sizes = Sizes::new(
             settings.context_windows.clone().into_iter().collect(),

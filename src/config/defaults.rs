@@ -48,6 +48,10 @@ pub fn acquire_timeout() -> Duration {
 pub fn degraded_retry() -> Duration {
     Duration::from_secs(5)
 }
+pub fn write_queue_bytes() -> usize {
+    64 * 1024 * 1024
+}
+
 pub fn maintenance_interval() -> Duration {
     Duration::from_secs(300)
 }
@@ -101,6 +105,7 @@ impl Default for super::StorageSettings {
             retention: None,
             prune_branches_after: None,
             maintenance_interval: maintenance_interval(),
+            write_queue_bytes: write_queue_bytes(),
         }
     }
 }

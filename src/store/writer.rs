@@ -11,9 +11,6 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
-/// Bytes of request bodies waiting to be written.
-pub const QUEUE_BYTES: usize = 64 * 1024 * 1024;
-
 /// Writes waiting, whatever their size.
 pub const QUEUE_ENTRIES: usize = 16_384;
 
@@ -52,22 +49,28 @@ enum Job {
 pub struct Writer {
     queue: mpsc::Sender<Job>,
     bytes: Arc<Semaphore>,
+    queue_bytes: usize,
 }
 
 impl Writer {
-    /// Starts the writer task for `storage`.
-    pub fn start(storage: Storage) -> Self {
+    /// Starts the writer task for `storage`, holding at most `queue_bytes`
+    /// of messages.
+    pub fn start(storage: Storage, queue_bytes: usize) -> Self {
         let (queue, jobs) = mpsc::channel(QUEUE_ENTRIES);
         tokio::spawn(run(storage, jobs).in_current_span());
+        let queue_bytes = queue_bytes.clamp(1, Semaphore::MAX_PERMITS);
         Self {
             queue,
-            bytes: Arc::new(Semaphore::new(QUEUE_BYTES)),
+            bytes: Arc::new(Semaphore::new(queue_bytes)),
+            queue_bytes,
         }
     }
 
     /// Queues a request's messages; `bytes` is what they weigh in memory.
     pub fn messages(&self, write: MessageWrite, bytes: usize) -> Result<(), QueueFull> {
-        let weight = u32::try_from(bytes.clamp(1, QUEUE_BYTES)).unwrap_or(u32::MAX);
+        // A write larger than the whole queue is taken only when it is empty.
+        let weight = bytes.clamp(1, self.queue_bytes);
+        let weight = u32::try_from(weight).unwrap_or(u32::MAX);
         let Ok(permit) = self.bytes.clone().try_acquire_many_owned(weight) else {
             return Err(full("messages"));
         };

@@ -354,3 +354,52 @@ async fn storage_errors(app: &TestApp) -> f64 {
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// Writes wait behind a lock until the write queue is full: every request
+/// is still answered, those that could not be queued say so, and their
+/// conversations' next turns store every message.
+#[tokio::test]
+async fn a_full_write_queue_degrades_answers_and_loses_no_message() {
+    let options = Options::on(TestBackend::Postgres)
+        .settings(json!({"storage": {"write_queue_bytes": 60_000}}));
+    let app = spawn_app_with(options).await;
+    let pool = pool(&app).await;
+    let question =
+        |n: usize| json!({"role": "user", "content": format!("{n}: {}", "words ".repeat(3_000))});
+    let mut lock = pool.begin().await.expect("transaction");
+    sqlx::query("lock table messages in exclusive mode")
+        .execute(&mut *lock)
+        .await
+        .expect("lock");
+    let mut degraded = Vec::new();
+    for n in 0..6 {
+        let response = app.post_chat(&chat(&[question(n)])).await;
+        assert_eq!(response.status(), 200, "answered whatever the queue");
+        let header = response.headers().get("x-condenser-degraded");
+        degraded.push(header.map(|v| v.to_str().expect("ascii").to_owned()));
+    }
+    assert_eq!(degraded[0], None, "the first request was queued");
+    assert!(
+        degraded.contains(&Some("write-queue-full".to_owned())),
+        "a request that found the queue full says so: {degraded:?}"
+    );
+    lock.rollback().await.expect("unlocked");
+    // One shared root, and the first turns that were queued.
+    let mut stored = 1 + degraded.iter().filter(|d| d.is_none()).count() as i64;
+    assert_eq!(wait_for_rows(&pool, stored).await, stored);
+
+    // Each conversation's next turn, once the queue has room again.
+    for n in 0..6 {
+        let next = [
+            question(n),
+            json!({"role": "assistant", "content": "noted"}),
+            json!({"role": "user", "content": format!("{n}: next")}),
+        ];
+        let response = app.post_chat(&chat(&next)).await;
+        assert_eq!(response.status(), 200);
+        assert!(response.headers().get("x-condenser-degraded").is_none());
+        // A refused first turn is stored now, with the two new messages.
+        stored += if degraded[n].is_none() { 2 } else { 3 };
+        assert_eq!(wait_for_rows(&pool, stored).await, stored);
+    }
+}
