@@ -1,6 +1,7 @@
 //! What every request handler shares, built once at start-up.
 
 use crate::config::Settings;
+use crate::conversation::ChainMemo;
 use crate::http::routes::RouteTable;
 use crate::overflow::SignatureTable;
 use crate::pipeline::sizes::Sizes;
@@ -22,6 +23,9 @@ pub struct AppState {
     /// Work that outlives its request (persisting, finishing a compaction);
     /// shutdown waits for it.
     pub background: tokio_util::task::TaskTracker,
+    /// Chain links of messages seen before, so a re-sent history is not
+    /// canonicalized and hashed again.
+    pub chain_memo: Arc<ChainMemo>,
 }
 
 impl AppState {
@@ -43,6 +47,7 @@ impl AppState {
             storage,
             sizes,
             background,
+            chain_memo: Arc::new(ChainMemo::default()),
         })
     }
 }
