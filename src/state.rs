@@ -1,6 +1,7 @@
 //! What every request handler shares, built once at start-up.
 
 use crate::config::Settings;
+use crate::conversation::ChainMemo;
 use crate::http::routes::RouteTable;
 use crate::overflow::SignatureTable;
 use crate::pipeline::sizes::Sizes;
@@ -24,6 +25,9 @@ pub struct AppState {
     pub background: tokio_util::task::TaskTracker,
     /// Group commits of what requests bring, off the request path.
     pub writer: Writer,
+    /// Chain links of messages seen before, so a re-sent history is not
+    /// canonicalized and hashed again.
+    pub chain_memo: Arc<ChainMemo>,
 }
 
 impl AppState {
@@ -48,6 +52,7 @@ impl AppState {
             sizes,
             background,
             writer,
+            chain_memo: Arc::new(ChainMemo::default()),
         })
     }
 }

@@ -53,7 +53,13 @@ pub async fn handle(state: &AppState, route: Route, request: Request) -> Respons
         };
     };
     let salt = state.settings.storage.tenant_salt.as_bytes();
-    let conversation = identify::conversation(adapter, salt, &parts.headers, &chat);
+    let conversation = identify::conversation(
+        adapter,
+        salt,
+        &parts.headers,
+        &chat,
+        Some(&state.chain_memo),
+    );
     let chat = std::sync::Arc::new(chat);
     let persisted = persist::queue(
         &state.writer,

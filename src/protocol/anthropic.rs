@@ -44,6 +44,10 @@ impl Adapter for Anthropic {
         )
     }
 
+    fn canonical_scheme(&self) -> &'static str {
+        "anthropic-messages"
+    }
+
     fn tool_links(&self, message: &Value) -> ToolLinks {
         let ids = |kind: &str, field: &str| -> Vec<String> {
             blocks(message)

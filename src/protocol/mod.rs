@@ -94,6 +94,13 @@ pub trait Adapter: Send + Sync {
     /// equal for what clients send interchangeably.
     fn canonical(&self, message: &Value) -> Vec<u8>;
 
+    /// Names the function [`Adapter::canonical`] is: adapters whose
+    /// canonical forms of one value may differ name themselves
+    /// differently. It keys the memo of chain links
+    /// ([`crate::conversation::ChainMemo`]), so a link computed for one
+    /// API is never taken for another's.
+    fn canonical_scheme(&self) -> &'static str;
+
     fn tool_links(&self, message: &Value) -> ToolLinks;
 
     fn role<'m>(&self, message: &'m Value) -> &'m str {

@@ -46,6 +46,10 @@ impl Adapter for OpenAi {
         )
     }
 
+    fn canonical_scheme(&self) -> &'static str {
+        "openai-chat"
+    }
+
     fn tool_links(&self, message: &Value) -> ToolLinks {
         let calls = message
             .get("tool_calls")

@@ -76,6 +76,10 @@ impl Adapter for Responses {
         text::canonical(message)
     }
 
+    fn canonical_scheme(&self) -> &'static str {
+        "openai-responses"
+    }
+
     fn tool_links(&self, message: &Value) -> ToolLinks {
         units::tool_links(message)
     }

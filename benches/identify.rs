@@ -1,0 +1,193 @@
+//! What identifying a conversation costs on the 200-message, ~750 KB
+//! history that `bench/make_bodies.py` writes: as today (every message
+//! canonicalized and hashed), on first sight with the memo, and re-sent
+//! with the memo; beside it, the other walks of the whole history a
+//! request may pay on its way upstream. `cargo bench --bench identify`;
+//! bench/README.md has the figures.
+//!
+//! Times are the CPU time of the measuring thread, not wall time: on a
+//! shared 2-core machine other processes stretch wall time by up to 2×,
+//! and what a request costs the proxy is its CPU time anyway.
+
+use condenser::conversation::{memo::DEFAULT_CAPACITY, ChainMemo};
+use condenser::pipeline::identify;
+use condenser::protocol::{Adapter, ChatRequest, Protocol};
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use http::HeaderMap;
+use std::hint::black_box;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// CPU time of the calling thread (`CLOCK_THREAD_CPUTIME_ID`).
+struct ThreadCpuTime;
+
+impl ThreadCpuTime {
+    fn now() -> Duration {
+        let time = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+        Duration::new(time.tv_sec as u64, time.tv_nsec as u32)
+    }
+}
+
+impl Measurement for ThreadCpuTime {
+    type Intermediate = Duration;
+    type Value = Duration;
+
+    fn start(&self) -> Duration {
+        Self::now()
+    }
+
+    fn end(&self, start: Duration) -> Duration {
+        Self::now().saturating_sub(start)
+    }
+
+    fn add(&self, a: &Duration, b: &Duration) -> Duration {
+        *a + *b
+    }
+
+    fn zero(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    fn to_f64(&self, value: &Duration) -> f64 {
+        value.as_nanos() as f64
+    }
+
+    fn formatter(&self) -> &dyn ValueFormatter {
+        // Durations, as criterion prints wall time.
+        static WALL: WallTime = WallTime;
+        WALL.formatter()
+    }
+}
+
+/// Runs `bench/make_bodies.py` into the target directory and reads its
+/// history body.
+fn history_body() -> Vec<u8> {
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-bodies");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/make_bodies.py");
+    let status = Command::new("python3")
+        .arg(script)
+        .arg(&out)
+        .status()
+        .expect("python3 runs bench/make_bodies.py");
+    assert!(status.success(), "bench/make_bodies.py failed");
+    std::fs::read(out.join("history.json")).expect("history.json written")
+}
+
+fn headers() -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "authorization",
+        "Bearer sk-bench".parse().expect("header value"),
+    );
+    headers
+}
+
+fn identify(
+    adapter: &dyn Adapter,
+    headers: &HeaderMap,
+    request: &ChatRequest,
+    memo: Option<&ChainMemo>,
+) -> usize {
+    identify::conversation(adapter, b"salt", headers, request, memo)
+        .chain
+        .len()
+}
+
+fn bench_identify(c: &mut Criterion<ThreadCpuTime>) {
+    let body = history_body();
+    let adapter = Protocol::Openai.adapter();
+    let request = adapter.parse(&body).expect("the history parses");
+    let headers = headers();
+    // The turn before: the same history less its last round.
+    let mut earlier = request.clone();
+    earlier.messages.truncate(request.messages.len() - 4);
+
+    let mut group = c.benchmark_group("identify_history");
+    group.bench_function("today_no_memo", |b| {
+        b.iter(|| identify(adapter, &headers, black_box(&request), None))
+    });
+    group.bench_function("memo_first_sight", |b| {
+        b.iter_batched(
+            || ChainMemo::new(DEFAULT_CAPACITY),
+            |memo| {
+                identify(adapter, &headers, black_box(&request), Some(&memo));
+                memo
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    // First sight once the memo is full of other conversations: each
+    // insert also evicts.
+    let full = ChainMemo::new(DEFAULT_CAPACITY);
+    let caller = |key: String| {
+        let mut headers = HeaderMap::new();
+        headers.insert("authorization", key.parse().expect("header value"));
+        headers
+    };
+    for other in 0..DEFAULT_CAPACITY / request.messages.len() + 100 {
+        identify(
+            adapter,
+            &caller(format!("other-{other}")),
+            &request,
+            Some(&full),
+        );
+    }
+    let mut new_caller = 0u64;
+    group.bench_function("memo_first_sight_full_memo", |b| {
+        b.iter_batched(
+            || {
+                new_caller += 1;
+                caller(format!("new-{new_caller}"))
+            },
+            |headers| identify(adapter, &headers, black_box(&request), Some(&full)),
+            BatchSize::SmallInput,
+        )
+    });
+    let warm = ChainMemo::new(DEFAULT_CAPACITY);
+    identify(adapter, &headers, &request, Some(&warm));
+    group.bench_function("memo_resent", |b| {
+        b.iter(|| identify(adapter, &headers, black_box(&request), Some(&warm)))
+    });
+    group.bench_function("memo_next_turn_4_new", |b| {
+        b.iter_batched(
+            || {
+                let memo = ChainMemo::new(DEFAULT_CAPACITY);
+                identify(adapter, &headers, &earlier, Some(&memo));
+                memo
+            },
+            |memo| {
+                identify(adapter, &headers, black_box(&request), Some(&memo));
+                memo
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("request_path_history");
+    group.bench_function("parse", |b| {
+        b.iter(|| adapter.parse(black_box(&body)).map(|r| r.messages.len()))
+    });
+    group.bench_function("build", |b| {
+        b.iter(|| adapter.build(black_box(&request), &request.messages).len())
+    });
+    group.bench_function("serialize_each_message", |b| {
+        b.iter(|| {
+            black_box(&request)
+                .messages
+                .iter()
+                .map(|m| m.to_string().len())
+                .sum::<usize>()
+        })
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().with_measurement(ThreadCpuTime);
+    targets = bench_identify
+}
+criterion_main!(benches);
