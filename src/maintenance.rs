@@ -38,10 +38,14 @@ pub fn spawn(storage: &Storage, settings: &StorageSettings) {
         loop {
             ticks.tick().await;
             let (holder, settings) = (&holder, &settings);
+            let memory = storage.memory();
             storage
                 .run("maintenance", |store| async move {
                     if take_turn(&store, holder, settings.maintenance_interval).await? {
-                        run_once(&store, settings).await?;
+                        let swept = run_once(&store, settings).await?;
+                        if swept != Swept::default() {
+                            crate::store::notify::after_deletions(&store, memory).await;
+                        }
                     }
                     Ok(())
                 })

@@ -116,6 +116,11 @@ impl StoreMemory {
         self.compactions.remove(prefix);
     }
 
+    /// Before reloading the compactions from the store.
+    pub fn forget_compactions(&self) {
+        self.compactions.clear();
+    }
+
     /// After a tenant's data was deleted: nothing of it may be served again.
     pub fn forget_tenant(&self, tenant: &TenantId) {
         self.compactions

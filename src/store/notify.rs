@@ -110,6 +110,17 @@ pub async fn remember_recent(
     }
 }
 
+/// After this process deleted rows. On Postgres the triggers tell every
+/// instance, this one included; SQLite has no notifications, and one
+/// process per file, so this one forgets here.
+pub async fn after_deletions(store: &Store, memory: &StoreMemory) {
+    if store.backend() == super::Backend::Sqlite {
+        memory.forget_stored();
+        memory.forget_compactions();
+        remember_recent(store, memory, None).await;
+    }
+}
+
 async fn catch_up(store: &Store, memory: &StoreMemory) {
     memory.forget_stored();
     remember_recent(store, memory, Some(CATCH_UP)).await;
