@@ -171,7 +171,8 @@ fn bench_identify(c: &mut Criterion<ThreadCpuTime>) {
         b.iter(|| adapter.parse(black_box(&body)).map(|r| r.messages.len()))
     });
     group.bench_function("build", |b| {
-        b.iter(|| adapter.build(black_box(&request), &request.messages).len())
+        let messages: Vec<&serde_json::Value> = request.messages.iter().collect();
+        b.iter(|| adapter.build(black_box(&request), &messages).len())
     });
     group.bench_function("serialize_each_message", |b| {
         b.iter(|| {

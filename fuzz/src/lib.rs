@@ -12,7 +12,7 @@ pub fn chat_request(adapter: &dyn Adapter, data: &[u8]) {
     };
     // `build` is how a rewritten request goes upstream: with the messages
     // unchanged it must give back the request Condenser parsed.
-    let rebuilt = adapter.build(&chat, &chat.messages);
+    let rebuilt = adapter.build(&chat, &chat.messages.iter().collect::<Vec<_>>());
     let again = adapter
         .parse(&rebuilt)
         .expect("a rebuilt request parses again");

@@ -44,25 +44,24 @@ pub fn trims_for(job: &Job<'_>, plan: &Plan, layout: &Layout) -> Vec<TrimRecord>
     records
 }
 
-/// `messages[from..]` with trimmed ones replaced. `chain[i + 1]` is the hash
-/// of `messages[i]`.
-pub fn apply_trims(
-    messages: &[Value],
+/// `messages[from..]` with trimmed ones replaced, borrowed: nothing is
+/// copied until the request is serialized. `chain[i + 1]` is the hash of
+/// `messages[i]`.
+pub fn apply_trims<'a>(
+    messages: &'a [Value],
     chain: &[ChainHash],
     from: usize,
-    trims: &[TrimRecord],
-) -> Vec<Value> {
-    let by_hash: HashMap<&str, &Value> = trims
+    trims: &'a [TrimRecord],
+) -> Vec<&'a Value> {
+    let tail = messages[from..].iter();
+    if trims.is_empty() {
+        return tail.collect();
+    }
+    let by_hash: HashMap<ChainHash, &Value> = trims
         .iter()
-        .map(|r| (r.message_hash.as_str(), &r.replacement))
+        .filter_map(|r| Some((ChainHash::from_hex(&r.message_hash)?, &r.replacement)))
         .collect();
-    messages[from..]
-        .iter()
-        .zip(&chain[from + 1..])
-        .map(|(message, hash)| {
-            by_hash
-                .get(hash.to_hex().as_str())
-                .map_or_else(|| message.clone(), |r| (*r).clone())
-        })
+    tail.zip(&chain[from + 1..])
+        .map(|(message, hash)| by_hash.get(hash).copied().unwrap_or(message))
         .collect()
 }

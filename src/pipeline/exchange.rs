@@ -226,14 +226,8 @@ impl Exchange {
             return self.original.clone();
         };
         let role = &self.state.settings.compaction.summary_role;
-        let messages = rewrite::upstream_messages(
-            self.adapter,
-            &self.request,
-            &self.conversation.chain,
-            compaction,
-            role,
-        );
-        self.adapter.build(&self.request, &messages).into()
+        let (request, chain) = (&self.request, &self.conversation.chain);
+        rewrite::upstream_body(self.adapter, request, chain, compaction, role).into()
     }
 
     async fn send(&self, body: Bytes) -> Result<reqwest::Response, ProxyError> {

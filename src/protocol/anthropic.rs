@@ -1,6 +1,7 @@
 //! Anthropic Messages.
 
 use super::openai::summary_text;
+use super::request::serialize_replacing;
 use super::{
     elide_middle, with_text_content, Adapter, ChatRequest, Protocol, ToolLinks, Trimmed, Usage,
 };
@@ -24,10 +25,8 @@ impl Adapter for Anthropic {
         ChatRequest::from_body(body, system, messages)
     }
 
-    fn build(&self, request: &ChatRequest, messages: &[Value]) -> Vec<u8> {
-        let mut body = request.body.clone();
-        body.insert("messages".into(), Value::Array(messages.to_vec()));
-        serde_json::to_vec(&body).unwrap_or_default()
+    fn build(&self, request: &ChatRequest, messages: &[&Value]) -> Vec<u8> {
+        serialize_replacing(&request.body, "messages", messages)
     }
 
     /// Claude Code sends the newest user message as one text block with
@@ -238,7 +237,7 @@ mod tests {
         let request = parse(body.clone());
         assert_eq!(request.system, body["system"]);
         assert_eq!(
-            Anthropic.build(&request, &request.messages),
+            Anthropic.build(&request, &request.messages.iter().collect::<Vec<_>>()),
             serde_json::to_vec(&body).expect("json")
         );
         assert_eq!(

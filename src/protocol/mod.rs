@@ -88,7 +88,7 @@ pub trait Adapter: Send + Sync {
     fn parse(&self, body: &[u8]) -> Option<ChatRequest>;
 
     /// Serializes `request` with `messages` in place of its own.
-    fn build(&self, request: &ChatRequest, messages: &[Value]) -> Vec<u8>;
+    fn build(&self, request: &ChatRequest, messages: &[&Value]) -> Vec<u8>;
 
     /// The form of a message (or of the system part) that identity hashes:
     /// equal for what clients send interchangeably.
@@ -233,7 +233,7 @@ mod tests {
         for protocol in [Protocol::Openai, Protocol::Anthropic] {
             let adapter = protocol.adapter();
             let parsed = adapter.parse(body).expect("parses");
-            let rebuilt = adapter.build(&parsed, &parsed.messages);
+            let rebuilt = adapter.build(&parsed, &parsed.messages.iter().collect::<Vec<_>>());
             let again = adapter.parse(&rebuilt).expect("parses again");
             assert_eq!(again.messages, parsed.messages);
             assert_eq!(again.messages[0]["n"].as_f64(), Some(1e25));

@@ -1,5 +1,6 @@
 //! OpenAI Chat Completions.
 
+use super::request::serialize_replacing;
 use super::{
     elide_middle, with_text_content, Adapter, ChatRequest, Protocol, ToolLinks, Trimmed, Usage,
     SUMMARY_MARKER,
@@ -31,12 +32,10 @@ impl Adapter for OpenAi {
         ChatRequest::from_body(body, Value::Array(all), messages)
     }
 
-    fn build(&self, request: &ChatRequest, messages: &[Value]) -> Vec<u8> {
-        let mut all = request.system.as_array().cloned().unwrap_or_default();
-        all.extend_from_slice(messages);
-        let mut body = request.body.clone();
-        body.insert("messages".into(), Value::Array(all));
-        serde_json::to_vec(&body).unwrap_or_default()
+    fn build(&self, request: &ChatRequest, messages: &[&Value]) -> Vec<u8> {
+        let system = request.system.as_array().map_or(&[][..], Vec::as_slice);
+        let all: Vec<&Value> = system.iter().chain(messages.iter().copied()).collect();
+        serialize_replacing(&request.body, "messages", &all)
     }
 
     fn canonical(&self, message: &Value) -> Vec<u8> {
@@ -206,7 +205,7 @@ mod tests {
         assert_eq!(request.system.as_array().map(Vec::len), Some(2));
         assert_eq!(request.messages.len(), 2);
         assert_eq!(
-            OpenAi.build(&request, &request.messages),
+            OpenAi.build(&request, &request.messages.iter().collect::<Vec<_>>()),
             serde_json::to_vec(&serde_json::from_slice::<Value>(body).expect("json"))
                 .expect("json")
         );

@@ -1,6 +1,7 @@
 //! A parsed chat request: the parts Condenser reads, and the whole body so
 //! that every field it does not understand is kept as sent.
 
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 #[derive(Debug, Clone)]
@@ -32,5 +33,38 @@ impl ChatRequest {
             model,
             stream,
         })
+    }
+}
+
+/// `body` with the list under `key` replaced by `list`, serialized without
+/// copying either: a rewritten request costs one pass over its bytes.
+pub fn serialize_replacing(body: &Map<String, Value>, key: &str, list: &[&Value]) -> Vec<u8> {
+    let replaced = Replaced { body, key, list };
+    // Serializing a JSON value into a Vec cannot fail.
+    serde_json::to_vec(&replaced).unwrap_or_default()
+}
+
+struct Replaced<'a> {
+    body: &'a Map<String, Value>,
+    key: &'a str,
+    list: &'a [&'a Value],
+}
+
+impl Serialize for Replaced<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let present = self.body.contains_key(self.key);
+        let len = self.body.len() + usize::from(!present);
+        let mut map = serializer.serialize_map(Some(len))?;
+        for (name, value) in self.body {
+            if name == self.key {
+                map.serialize_entry(name, self.list)?;
+            } else {
+                map.serialize_entry(name, value)?;
+            }
+        }
+        if !present {
+            map.serialize_entry(self.key, self.list)?;
+        }
+        map.end()
     }
 }

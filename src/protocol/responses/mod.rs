@@ -12,6 +12,7 @@ mod text;
 mod units;
 
 use super::openai::summary_text;
+use super::request::serialize_replacing;
 use super::{Adapter, ChatRequest, Protocol, ToolLinks, Trimmed, Usage};
 use serde_json::{json, Map, Value};
 
@@ -57,19 +58,13 @@ impl Adapter for Responses {
         ChatRequest::from_body(body, system, units::group(rest))
     }
 
-    fn build(&self, request: &ChatRequest, messages: &[Value]) -> Vec<u8> {
-        let mut input = request.system["input"]
+    fn build(&self, request: &ChatRequest, messages: &[&Value]) -> Vec<u8> {
+        let system = request.system["input"]
             .as_array()
-            .cloned()
-            .unwrap_or_default();
-        input.extend(
-            messages
-                .iter()
-                .flat_map(|unit| units::items(unit).iter().cloned()),
-        );
-        let mut body = request.body.clone();
-        body.insert("input".into(), Value::Array(input));
-        serde_json::to_vec(&body).unwrap_or_default()
+            .map_or(&[][..], Vec::as_slice);
+        let units = messages.iter().flat_map(|unit| units::items(unit));
+        let input: Vec<&Value> = system.iter().chain(units).collect();
+        serialize_replacing(&request.body, "input", &input)
     }
 
     fn canonical(&self, message: &Value) -> Vec<u8> {

@@ -20,7 +20,7 @@ fn instructions_and_leading_developer_items_are_the_system_part() {
     assert_eq!(request.system["input"].as_array().map(Vec::len), Some(1));
     assert_eq!(request.messages.len(), 3);
     assert_eq!(
-        Responses.build(&request, &request.messages),
+        Responses.build(&request, &request.messages.iter().collect::<Vec<_>>()),
         serde_json::to_vec(&body).expect("json")
     );
 }
@@ -50,7 +50,7 @@ fn the_summary_goes_right_after_the_system_part() {
         {"role": "developer", "content": "d"}, {"role": "user", "content": "u"}]}));
     let summary = Responses.summary_message("user", "facts");
     let built: Value =
-        serde_json::from_slice(&Responses.build(&request, &[summary, request.messages[0].clone()]))
+        serde_json::from_slice(&Responses.build(&request, &[&summary, &request.messages[0]]))
             .expect("json");
     assert_eq!(built["input"][0]["role"], "developer");
     let text = built["input"][1]["content"][0]["text"]
