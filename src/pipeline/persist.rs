@@ -51,6 +51,13 @@ pub fn queue(
         done,
     };
     writer.messages(write, weight)?;
+    // Remembered as stored once queued: the writer takes writes in order,
+    // so this conversation's next request, even if it comes before the
+    // commit, need only queue what it adds. A failed write makes the
+    // writer forget, and the next request stores the whole chain again.
+    if let Some(head) = conversation.chain.last() {
+        storage.memory().remember_stored(*head);
+    }
     Ok(stored)
 }
 

@@ -163,6 +163,10 @@ impl Pending {
             if let Some(head) = self.head {
                 storage.memory().remember_stored(head);
             }
+        } else {
+            // Writes queued after this one may count on it: every chain is
+            // looked up again.
+            storage.memory().forget_stored();
         }
         if let Some(done) = self.done.take() {
             let _ = done.send(stored);
@@ -186,6 +190,7 @@ async fn prepare(storage: &Storage, writes: Vec<MessageWrite>) -> Vec<Pending> {
                 .await
         };
         let Some(stored) = stored else {
+            storage.memory().forget_stored();
             let _ = write.done.send(false);
             continue;
         };
