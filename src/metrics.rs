@@ -87,7 +87,7 @@ fn describe() {
     );
     describe_counter!(
         "condenser_degraded_requests_total",
-        "Requests forwarded while the database was unreachable."
+        "Requests forwarded unstored: database unreachable or write queue full."
     );
     describe_counter!(
         "condenser_messages_stored_total",
@@ -100,6 +100,14 @@ fn describe() {
     describe_counter!(
         "condenser_storage_skipped_total",
         "Storage operations skipped while degraded, by operation."
+    );
+    describe_histogram!(
+        "condenser_write_batch_size",
+        "Writes (a request's messages or figures) per group commit."
+    );
+    describe_counter!(
+        "condenser_write_queue_full_total",
+        "Writes refused because the write queue was full, by write (messages, record)."
     );
     describe_histogram!(
         "condenser_token_estimate_ratio",
