@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Flame graphs of Condenser's request path (see "Flame graphs" in
+# bench/README.md): one Condenser process on Postgres, a fast upstream
+# (the fake-upstream binary), a steady load from bench/loadgen, and
+# `perf record` with DWARF call graphs on the Condenser process only.
+#
+#   bench/flamegraph.sh [BINARY] [OUT_PREFIX]
+#
+# Writes OUT_PREFIX-identical.svg (1.5 KB body at IDENTICAL_RATE req/s),
+# OUT_PREFIX-growing.svg (200 growing conversations at GROWING_RATE) and
+# OUT_PREFIX-history.svg (the 804 KB history body at HISTORY_RATE).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BIN="${1:-target/release/condenser}"
+OUT="${2:-bench/flamegraphs/after}"
+SECONDS_PER_GRAPH="${SECONDS_PER_GRAPH:-8}"
+IDENTICAL_RATE="${IDENTICAL_RATE:-1000}"
+GROWING_RATE="${GROWING_RATE:-1000}"
+HISTORY_RATE="${HISTORY_RATE:-20}"
+PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
+
+command -v perf >/dev/null || { echo "flamegraph: needs perf (linux-perf)" >&2; exit 1; }
+if ! command -v inferno-flamegraph >/dev/null; then
+  echo "flamegraph: installing inferno (perf output to SVG)" >&2
+  cargo install --quiet inferno
+fi
+cargo build --release --quiet -p condenser -p fake-upstream -p loadgen
+
+work="$(mktemp -d)"
+database="condenser_flame_$$"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  psql -q "$PGURL/postgres" -c "drop database if exists $database" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+mkdir -p "$(dirname "$OUT")"
+python3 bench/make_bodies.py "$work" >/dev/null
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "flamegraph: nothing listens on $1" >&2; exit 1; }
+
+upstream="$(free_port)"
+target/release/fake-upstream --listen "127.0.0.1:$upstream" --no-record \
+  --window bench-model=10000000 >"$work/fake.log" 2>&1 &
+pids+=($!)
+wait_port "$upstream"
+psql -q "$PGURL/postgres" -c "create database $database" >/dev/null
+port="$(free_port)"
+CONDENSER_LISTEN="127.0.0.1:$port" DATABASE_URL="$PGURL/$database" \
+  CONDENSER_OPENAI_BASE_URL="http://127.0.0.1:$upstream/v1" \
+  "$BIN" serve >"$work/condenser.log" 2>&1 &
+condenser=$!
+pids+=($condenser)
+wait_port "$port"
+url="http://127.0.0.1:$port/v1/chat/completions"
+
+graph() { # name rate loadgen-args...
+  local name="$1" rate="$2"; shift 2
+  # Warm-up: the conversations are stored before the profile starts.
+  target/release/loadgen --url "$url" --rate "$rate" --duration 2 "$@" >/dev/null
+  psql -q "$PGURL/$database" -c analyze >/dev/null
+  perf record -q -F 499 --call-graph dwarf,32768 -p "$condenser" -o "$work/$name.data" \
+    -- sleep "$SECONDS_PER_GRAPH" >/dev/null 2>&1 &
+  local recorder=$!
+  target/release/loadgen --url "$url" --rate "$rate" --duration "$SECONDS_PER_GRAPH" "$@" \
+    | python3 -c 'import json,sys; d=json.load(sys.stdin); print("flamegraph: %s req/s, p50 %s us" % (d["achieved_rate"], d["latency_us"]["p50"]), file=sys.stderr)'
+  wait "$recorder"
+  perf script -i "$work/$name.data" 2>/dev/null | inferno-collapse-perf >"$work/$name.folded"
+  inferno-flamegraph --title "condenser $name ($rate req/s, $(basename "$BIN"))" \
+    --minwidth 0.2 <"$work/$name.folded" >"$OUT-$name.svg"
+  echo "flamegraph: wrote $OUT-$name.svg" >&2
+}
+
+graph identical "$IDENTICAL_RATE" --workload fixed --body "$work/identical.json"
+graph growing "$GROWING_RATE" --workload growing --seed "$$"
+graph history "$HISTORY_RATE" --workload fixed --body "$work/history.json"
