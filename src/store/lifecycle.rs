@@ -81,7 +81,7 @@ impl Store {
     /// as a reader and fails at once ("database is locked") when it must
     /// become a writer after another connection wrote; taking the write
     /// lock up front waits on the busy timeout instead.
-    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>> {
+    pub(super) async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>> {
         Ok(match self.backend {
             Backend::Sqlite => self.pool.begin_with("begin immediate").await?,
             Backend::Postgres => self.pool.begin().await?,

@@ -110,7 +110,7 @@ impl Store {
             return Ok(0);
         }
         let created_at = now_ms();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         let mut inserted = 0;
         for chunk in rows.chunks(INSERT_CHUNK) {
             inserted += insert_rows(&mut tx, chunk, created_at).await?;
