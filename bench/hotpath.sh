@@ -162,6 +162,24 @@ db_ticks() { # target: "pid:ticks ..." of the database's backends
   done | tr '\n' ' '
 }
 
+# Waits (at most 20 s) until the target's processes (and its database
+# backends) use no CPU for 0.3 s: work a warm-up or an overloaded row left
+# behind (Condenser records conversations after it answers) stays out of the
+# next measured row.
+busy_ticks() { # target
+  local total; total="$(proxy_ticks "$1")"
+  for item in $(db_ticks "$1"); do total=$((total + ${item#*:})); done
+  echo "$total"
+}
+settle() { # target
+  local before after
+  for _ in $(seq 1 66); do
+    before="$(busy_ticks "$1")"; sleep 0.3; after="$(busy_ticks "$1")"
+    [ $((after - before)) -le 1 ] && return 0
+  done
+  echo "hotpath: $1 still busy after 20 s" >&2
+}
+
 body_args() { # workload
   case "$1" in
     identical) echo "--workload fixed --body $work/identical.json" ;;
@@ -183,13 +201,13 @@ row() { # workload target rate phase seconds; appends one line to $work/rows.jso
     # Warm-up: one request per conversation (the first sight of each
     # conversation's staggered history); the measured run continues them.
     local seed="$RANDOM$RANDOM"
-    load "$workload" "$target" 200 1 "$work/warmup.json" --seed "$seed"
+    load "$workload" "$target" 200 1 "$work/warmup.json" --seed "$seed" --drain 30
     extra=(--seed "$seed" --skip "$(scheduled "$work/warmup.json")")
   else
     local warm_rate="$rate"; [ "$warm_rate" -gt 500 ] && warm_rate=500
-    load "$workload" "$target" "$warm_rate" "$WARMUP" "$work/warmup.json"
+    load "$workload" "$target" "$warm_rate" "$WARMUP" "$work/warmup.json" --drain 30
   fi
-  sleep 0.3
+  settle "$target"
   local before db_before; before="$(proxy_ticks "$target")"; db_before="$(db_ticks "$target")"
   local out="$work/run-$workload-$target-$rate-$phase.json"
   load "$workload" "$target" "$rate" "$seconds" "$out" "${extra[@]}"
@@ -197,7 +215,7 @@ row() { # workload target rate phase seconds; appends one line to $work/rows.jso
   python3 bench/hotpath_report.py row "$workload" "$target" "$rate" "$phase" \
     "$((after - before))" "$db_before" "$db_after" "$out" >>"$work/rows.jsonl"
   python3 bench/hotpath_report.py line "$work/rows.jsonl" >&2
-  sleep 0.5
+  settle "$target"
 }
 sustained() { python3 bench/hotpath_report.py sustained "$work/rows.jsonl" "$1" "$2" "$3" "$P99_BOUND_MS" "$MIN_ACHIEVED"; }
 
@@ -241,7 +259,7 @@ for workload in $WORKLOADS; do
   fi
 done
 
-commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src Cargo.toml Cargo.lock || echo '+changes')"
+commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src migrations Cargo.toml Cargo.lock || echo '+changes') (src last changed in $(git log -1 --format=%h -- src))"
 python3 bench/hotpath_report.py report "$work/rows.jsonl" "$OUT" "$(getconf CLK_TCK)" \
   "$commit" "$P99_BOUND_MS" "$MIN_ACHIEVED" "$(( $(date +%s) - started ))" \
   "DURATION=$DURATION RATES='$RATES' HISTORY_RATE=$HISTORY_RATE CONNECTIONS=$CONNECTIONS MAX_DURATION=$MAX_DURATION BASELINE_BIN=$BASELINE_BIN; load average at start $load_start, at end $(cut -d' ' -f1-3 /proc/loadavg)"
