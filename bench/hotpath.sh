@@ -147,8 +147,9 @@ if [ -n "$BASELINE_BIN" ]; then
 fi
 
 # CPU ticks (user+system) of a target's processes: Condenser's one process;
-# nginx's master and workers; for Postgres, also its backends serving the
-# target's database (reported apart, as db_ticks).
+# nginx's master and workers; for Postgres, also the client backends serving
+# the target's database (reported apart, as db_ticks; not autovacuum, which
+# runs when it likes and would land on whichever row it overlaps).
 proc_ticks() { local sum=0 t; for pid in "$@"; do t="$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)"; sum=$((sum + t)); done; echo "$sum"; }
 proxy_ticks() { # target
   local pid; pid="$(cat "$work/$1.pid")"
@@ -157,7 +158,7 @@ proxy_ticks() { # target
 db_ticks() { # target: "pid:ticks ..." of the database's backends
   case "$1" in *postgres) ;; *) return 0 ;; esac
   local pid
-  for pid in $(psql -Atq "$PGURL/postgres" -c "select pid from pg_stat_activity where datname = '$(database_for "$1")'"); do
+  for pid in $(psql -Atq "$PGURL/postgres" -c "select pid from pg_stat_activity where datname = '$(database_for "$1")' and backend_type = 'client backend'"); do
     echo "$pid:$(proc_ticks "$pid")"
   done | tr '\n' ' '
 }

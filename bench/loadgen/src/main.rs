@@ -26,6 +26,7 @@ use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
 use hyper_util::rt::TokioIo;
 use serde_json::json;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::net::TcpStream;
@@ -352,11 +353,16 @@ fn parse_url(url: &str, authorization: String) -> Result<Target, String> {
     })
 }
 
+/// Connection failures reported on stderr so far (the first few only).
+static CONNECT_FAILURES: AtomicU64 = AtomicU64::new(0);
+
 async fn connect(target: &Target, stats: &mut Stats) -> Option<http1::SendRequest<Full<Bytes>>> {
     let stream = match TcpStream::connect(&target.address).await {
         Ok(stream) => stream,
         Err(error) => {
-            eprintln!("loadgen: connect {}: {error}", target.address);
+            if CONNECT_FAILURES.fetch_add(1, Ordering::Relaxed) < 3 {
+                eprintln!("loadgen: connect {}: {error}", target.address);
+            }
             return None;
         }
     };
