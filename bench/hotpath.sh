@@ -21,6 +21,7 @@ P99_BOUND_MS="${P99_BOUND_MS:-50}"    # sustained: p99 at most this ...
 MIN_ACHIEVED="${MIN_ACHIEVED:-0.95}"  # ... achieved at least this share of offered, errors <= 0.1 %
 PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
 BASELINE_BIN="${BASELINE_BIN:-}"
+GROWING_ARGS="${GROWING_ARGS:-}"      # more loadgen flags for growing, e.g. --system-per-conversation
 TARGETS="${TARGETS:-direct nginx condenser-sqlite condenser-postgres}"
 OUT="${OUT:-bench/results/hotpath-$(date -u +%Y%m%dT%H%M%SZ).json}"
 # What the upstream answers; growing conversations re-send it as the
@@ -191,7 +192,8 @@ body_args() { # workload
 load() { # workload target rate seconds out [loadgen args...]
   local workload="$1" port; port="$(cat "$work/$2.port")"
   local args; read -ra args <<<"$(body_args "$workload")"
-  [ "$workload" = growing ] && args+=("$REPLY")
+  # shellcheck disable=SC2206 # GROWING_ARGS: loadgen flags, word-split on purpose
+  [ "$workload" = growing ] && args+=("$REPLY" ${GROWING_ARGS:-})
   "$loadgen" --url "http://127.0.0.1:$port/v1/chat/completions" --rate "$3" --duration "$4" \
     --connections "$CONNECTIONS" "${args[@]}" "${@:6}" >"$5" 2>>"$work/loadgen.err"
 }
@@ -263,7 +265,7 @@ done
 commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src migrations Cargo.toml Cargo.lock || echo '+changes') (src last changed in $(git log -1 --format=%h -- src))"
 python3 bench/hotpath_report.py report "$work/rows.jsonl" "$OUT" "$(getconf CLK_TCK)" \
   "$commit" "$P99_BOUND_MS" "$MIN_ACHIEVED" "$(( $(date +%s) - started ))" \
-  "DURATION=$DURATION RATES='$RATES' HISTORY_RATE=$HISTORY_RATE CONNECTIONS=$CONNECTIONS MAX_DURATION=$MAX_DURATION BASELINE_BIN=$BASELINE_BIN; load average at start $load_start, at end $(cut -d' ' -f1-3 /proc/loadavg)"
+  "DURATION=$DURATION RATES='$RATES' HISTORY_RATE=$HISTORY_RATE CONNECTIONS=$CONNECTIONS MAX_DURATION=$MAX_DURATION BASELINE_BIN=$BASELINE_BIN GROWING_ARGS=$GROWING_ARGS; load average at start $load_start, at end $(cut -d' ' -f1-3 /proc/loadavg)"
 if grep -q . "$work/loadgen.err"; then
   echo "hotpath: load generator messages (first 10):" >&2
   sort "$work/loadgen.err" | uniq -c | sort -rn | head -10 >&2

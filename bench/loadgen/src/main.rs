@@ -106,6 +106,11 @@ struct Args {
     /// k turns of history the proxy has not seen, once).
     #[arg(long)]
     no_stagger: bool,
+    /// For `growing`: give every conversation its own system prompt (its
+    /// id appended). By default they share one, as a fleet of agents does,
+    /// and Condenser files them as branches of one conversation.
+    #[arg(long)]
+    system_per_conversation: bool,
     /// Makes this run's conversations distinct from other runs' (default:
     /// the clock).
     #[arg(long)]
@@ -136,6 +141,9 @@ struct Job {
 /// Bodies of `growing`: per slot, the JSON of the messages sent so far.
 struct Growing {
     head: String,
+    /// Set: each conversation's system prompt ends with its own id, so
+    /// each is a conversation of its own, not a branch of a shared one.
+    model: Option<String>,
     reply: String,
     slots: Vec<Slot>,
     next: usize,
@@ -154,12 +162,16 @@ impl Growing {
     fn new(args: &Args, seed: u64) -> Self {
         let system = json!({"role": "system", "content": SYSTEM});
         let head = format!(r#"{{"model":{},"messages":[{}"#, json!(args.model), system);
+        let model = args
+            .system_per_conversation
+            .then(|| json!(args.model).to_string());
         let reply = format!(
             ",{}",
             json!({"role": "assistant", "content": args.reply.as_str()})
         );
         let mut growing = Growing {
             head,
+            model,
             reply,
             slots: Vec::new(),
             next: 0,
@@ -248,8 +260,19 @@ impl Growing {
     fn next_body(&mut self) -> Bytes {
         let (index, mut slot) = self.take_next();
         let user = self.user_message(index, &slot);
-        let mut body = Vec::with_capacity(self.head.len() + slot.messages.len() + user.len() + 4);
-        body.extend_from_slice(self.head.as_bytes());
+        let head = match &self.model {
+            None => self.head.clone(),
+            Some(model) => {
+                let system = format!(
+                    "{SYSTEM} Session {}-{}-{}.",
+                    self.seed, index, slot.generation
+                );
+                let system = json!({"role": "system", "content": system});
+                format!(r#"{{"model":{model},"messages":[{system}"#)
+            }
+        };
+        let mut body = Vec::with_capacity(head.len() + slot.messages.len() + user.len() + 4);
+        body.extend_from_slice(head.as_bytes());
         body.extend_from_slice(&slot.messages);
         body.push(b',');
         body.extend_from_slice(user.as_bytes());
