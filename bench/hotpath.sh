@@ -232,13 +232,16 @@ row() { # workload target rate phase seconds; appends one line to $work/rows.jso
 }
 sustained() { python3 bench/hotpath_report.py sustained "$work/rows.jsonl" "$1" "$2" "$3" "$P99_BOUND_MS" "$MIN_ACHIEVED"; }
 
-# Maximum sustained rate: from the fixed-rate rows, double the rate until a
-# step is not sustained (or MAX_RATE_CAP), then two bisection steps between
-# the last sustained rate and the first that was not.
+# Maximum sustained rate: from the fixed-rate rows (RATES ascending), double
+# the rate until a step is not sustained (or MAX_RATE_CAP), then two
+# bisection steps between the last sustained rate and the first that was not.
 search_max() { # workload target
   local workload="$1" target="$2" low=0 high=0 rate
+  # low: the highest sustained fixed rate; high: the lowest one above it
+  # that was not (a failure below a success is taken for noise).
   for rate in $RATES; do
-    if sustained "$workload" "$target" "$rate"; then low="$rate"; elif [ "$high" = 0 ]; then high="$rate"; fi
+    if sustained "$workload" "$target" "$rate"; then low="$rate"; high=0
+    elif [ "$high" = 0 ]; then high="$rate"; fi
   done
   if [ "$high" = 0 ]; then
     rate="$low"
