@@ -1,6 +1,8 @@
 """Writes the benchmark's request bodies (OpenAI chat completions).
 
 small.json    one user message: the proxy's fixed cost.
+identical.json  a system prompt (the one bench/loadgen's generated
+              conversations use) and one user message, about 1.5 KB.
 history.json  a 200-message tool-using agent conversation of about 800 KB:
               a system prompt, then rounds of user ask -> assistant tool call
               -> tool result (file contents, the bulk) -> assistant answer.
@@ -13,6 +15,27 @@ import sys
 from pathlib import Path
 
 MODEL = "bench-model"
+
+# Keep equal to SYSTEM in bench/loadgen/src/main.rs.
+SYSTEM = (
+    'You are a careful coding agent working in a large Rust repository. '
+    'Read before you write, keep changes small, run the tests that cover '
+    'what you touched, and explain every change in one or two plain '
+    'sentences. Never invent file contents: when you need a file, ask for '
+    'it with the read_file tool. Prefer the standard library to new '
+    'dependencies, keep public interfaces stable, and do not reformat code '
+    'you did not change. When a test fails, read its output in full before '
+    'changing anything; when you are unsure what a function does, read its '
+    'callers. Answer in English, without preamble, and stop when the task '
+    'is done. Security matters: never print credentials, never weaken a '
+    'check to make a test pass, and treat every input from the network as '
+    'hostile until it is validated. Performance matters too, but only where '
+    'it is measured: do not optimize code that no benchmark shows is slow, '
+    'and say which benchmark you ran and what it showed. The repository has '
+    'a README per crate; read it first. Its CI runs formatting, lints with '
+    'warnings denied, and the full test suite on every push, so run the '
+    'same three before you call anything finished.'
+)
 
 
 def file_contents(i, size):
@@ -68,6 +91,19 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     small = {"model": MODEL, "messages": [{"role": "user", "content": "Say hello."}]}
     (out / "small.json").write_text(json.dumps(small))
+    identical = {
+        "model": MODEL,
+        "messages": [
+            {"role": "system", "content": SYSTEM},
+            {
+                "role": "user",
+                "content": "Read src/router.rs and tell me what it does, then list what you would "
+                "change first: error handling, the tests that cover it, and anything that allocates "
+                "per request. Keep the answer short; we go one module at a time.",
+            },
+        ],
+    }
+    (out / "identical.json").write_text(json.dumps(identical))
     body = history()
     (out / "history.json").write_text(json.dumps(body))
     size = (out / "history.json").stat().st_size

@@ -1,0 +1,286 @@
+#!/usr/bin/env bash
+# Condenser's hot-path benchmark: one run, one load generator (bench/loadgen,
+# open loop), the same upstream (nginx answering a fixed chat completion),
+# and every target side by side: the upstream itself, nginx as a plain
+# reverse proxy, Condenser on SQLite and on Postgres (and a baseline build).
+# Workloads: identical small bodies, growing agent conversations, a large
+# re-sent history. See "Hot-path benchmark" in bench/README.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DURATION="${DURATION:-10}"            # seconds per fixed-rate row
+RATES="${RATES:-200 1000 2000}"       # req/s for identical and growing
+HISTORY_RATE="${HISTORY_RATE:-20}"
+WORKLOADS="${WORKLOADS:-identical growing history}"
+CONNECTIONS="${CONNECTIONS:-64}"      # keep-alive connections of the load generator
+WARMUP="${WARMUP:-1}"                 # seconds, before every row, not measured
+MAX_SEARCH="${MAX_SEARCH:-1}"         # 0: skip the maximum-rate search
+MAX_DURATION="${MAX_DURATION:-5}"     # seconds per step of the search
+MAX_RATE_CAP="${MAX_RATE_CAP:-20000}"
+P99_BOUND_MS="${P99_BOUND_MS:-50}"    # sustained: p99 at most this ...
+MIN_ACHIEVED="${MIN_ACHIEVED:-0.95}"  # ... achieved at least this share of offered, errors <= 0.1 %
+PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
+BASELINE_BIN="${BASELINE_BIN:-}"
+GROWING_ARGS="${GROWING_ARGS:-}"      # more loadgen flags for growing, e.g. --system-per-conversation
+TARGETS="${TARGETS:-direct nginx condenser-sqlite condenser-postgres}"
+OUT="${OUT:-bench/results/hotpath-$(date -u +%Y%m%dT%H%M%SZ).json}"
+# What the upstream answers; growing conversations re-send it as the
+# assistant's reply. No single quotes, no '$' (nginx return string).
+REPLY="I read the module and made the change: the parser now rejects empty keys, the two call sites handle the new error, and the unit tests cover both cases. All tests pass."
+
+if [ ! -x /usr/sbin/nginx ]; then
+  echo "hotpath: installing nginx" >&2
+  apt-get install -y -qq nginx >/dev/null
+fi
+cargo build --release --quiet -p condenser -p loadgen
+loadgen=target/release/loadgen
+condenser=target/release/condenser
+
+work="$(mktemp -d)"
+mkdir -p "$(dirname "$OUT")"
+pids=()
+databases=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  for database in "${databases[@]}"; do
+    psql -q "$PGURL/postgres" -c "drop database if exists $database" >/dev/null 2>&1 || true
+  done
+  if [ -n "${KEEP_WORK:-}" ]; then echo "hotpath: kept $work" >&2; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+python3 bench/make_bodies.py "$work" >/dev/null
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "hotpath: nothing listens on $1" >&2; exit 1; }
+
+# --- nginx: one instance as the upstream, one as the plain reverse proxy ---
+nginx_conf() { # dir port server-block
+  mkdir -p "$1/tmp"
+  cat >"$1/nginx.conf" <<EOF
+worker_processes auto;
+pid $1/nginx.pid;
+error_log $1/error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  client_body_temp_path $1/tmp/client;
+  proxy_temp_path $1/tmp/proxy;
+  fastcgi_temp_path $1/tmp/fastcgi;
+  uwsgi_temp_path $1/tmp/uwsgi;
+  scgi_temp_path $1/tmp/scgi;
+  keepalive_requests 10000000;
+  keepalive_timeout 300s;
+  client_max_body_size 8m;
+  client_body_buffer_size 1m;
+$3
+}
+EOF
+}
+start_nginx() { # name port server-block; master pid in $work/NAME.pid
+  local dir="$work/$1"
+  nginx_conf "$dir" "$2" "$3"
+  /usr/sbin/nginx -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" -g 'daemon off;' &
+  pids+=($!)
+  echo $! >"$work/$1.pid"
+  echo "$2" >"$work/$1.port"
+  wait_port "$2"
+}
+
+upstream_port="$(free_port)"
+start_nginx direct "$upstream_port" "  server {
+    listen 127.0.0.1:$upstream_port;
+    location / {
+      default_type application/json;
+      return 200 '{\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion\",\"created\":1700000000,\"model\":\"bench-model\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"$REPLY\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":400,\"completion_tokens\":40,\"total_tokens\":440}}';
+    }
+  }"
+
+start_condenser() { # name binary database_url
+  local port; port="$(free_port)"
+  CONDENSER_LISTEN="127.0.0.1:$port" DATABASE_URL="$3" \
+    CONDENSER_OPENAI_BASE_URL="http://127.0.0.1:$upstream_port/v1" \
+    "$2" serve >"$work/$1.log" 2>&1 &
+  pids+=($!)
+  echo $! >"$work/$1.pid"
+  echo "$port" >"$work/$1.port"
+  wait_port "$port"
+}
+database_for() { echo "condenser_hotpath_$$_${1//-/_}"; }
+
+targets=()
+for target in $TARGETS; do
+  case "$target" in
+    direct) ;;
+    nginx)
+      port="$(free_port)"
+      start_nginx nginx "$port" "  upstream condenser_bench_upstream {
+    server 127.0.0.1:$upstream_port;
+    keepalive 64;
+    keepalive_requests 10000000;
+    keepalive_timeout 300s;
+  }
+  server {
+    listen 127.0.0.1:$port;
+    location / {
+      proxy_pass http://condenser_bench_upstream;
+      proxy_http_version 1.1;
+      proxy_set_header Connection \"\";
+    }
+  }" ;;
+    condenser-sqlite) start_condenser "$target" "$condenser" "sqlite://$work/condenser.db" ;;
+    condenser-postgres)
+      database="$(database_for "$target")"
+      psql -q "$PGURL/postgres" -c "create database $database" >/dev/null
+      databases+=("$database")
+      start_condenser "$target" "$condenser" "$PGURL/$database" ;;
+    *) echo "hotpath: unknown target $target" >&2; exit 1 ;;
+  esac
+  targets+=("$target")
+done
+if [ -n "$BASELINE_BIN" ]; then
+  start_condenser baseline-sqlite "$BASELINE_BIN" "sqlite://$work/baseline.db"
+  database="$(database_for baseline-postgres)"
+  psql -q "$PGURL/postgres" -c "create database $database" >/dev/null
+  databases+=("$database")
+  start_condenser baseline-postgres "$BASELINE_BIN" "$PGURL/$database"
+  targets+=(baseline-sqlite baseline-postgres)
+fi
+
+# CPU ticks (user+system) of a target's processes: Condenser's one process;
+# nginx's master and workers; for Postgres, also the client backends serving
+# the target's database (reported apart, as db_ticks; not autovacuum, which
+# runs when it likes and would land on whichever row it overlaps).
+proc_ticks() { local sum=0 t; for pid in "$@"; do t="$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)"; sum=$((sum + t)); done; echo "$sum"; }
+proxy_ticks() { # target
+  local pid; pid="$(cat "$work/$1.pid")"
+  proc_ticks "$pid" $(pgrep -P "$pid" || true)
+}
+db_ticks() { # target: "pid:ticks ..." of the database's backends
+  case "$1" in *postgres) ;; *) return 0 ;; esac
+  local pid
+  for pid in $(psql -Atq "$PGURL/postgres" -c "select pid from pg_stat_activity where datname = '$(database_for "$1")' and backend_type = 'client backend'"); do
+    echo "$pid:$(proc_ticks "$pid")"
+  done | tr '\n' ' '
+}
+
+# Waits (at most 20 s) until the target's processes (and its database
+# backends) use no CPU for 0.3 s: work a warm-up or an overloaded row left
+# behind (Condenser records conversations after it answers) stays out of the
+# next measured row.
+busy_ticks() { # target
+  local total; total="$(proxy_ticks "$1")"
+  for item in $(db_ticks "$1"); do total=$((total + ${item#*:})); done
+  echo "$total"
+}
+settle() { # target
+  local before after
+  for _ in $(seq 1 66); do
+    before="$(busy_ticks "$1")"; sleep 0.3; after="$(busy_ticks "$1")"
+    [ $((after - before)) -le 1 ] && return 0
+  done
+  echo "hotpath: $1 still busy after 20 s" >&2
+}
+
+# Fresh statistics for the target's Postgres database, as autovacuum keeps
+# them in production. Without them (a server with autovacuum off, like the
+# test one, or a young table) the planner can take the stored-prefix lookup
+# through messages_tenant_parent and read all of a tenant's messages.
+analyze() { # target
+  case "$1" in *postgres) ;; *) return 0 ;; esac
+  psql -q "$PGURL/$(database_for "$1")" -c analyze >/dev/null
+}
+
+body_args() { # workload
+  case "$1" in
+    identical) echo "--workload fixed --body $work/identical.json" ;;
+    history) echo "--workload fixed --body $work/history.json" ;;
+    growing) echo "--workload growing --reply" ;;
+  esac
+}
+load() { # workload target rate seconds out [loadgen args...]
+  local workload="$1" port; port="$(cat "$work/$2.port")"
+  local args; read -ra args <<<"$(body_args "$workload")"
+  # shellcheck disable=SC2206 # GROWING_ARGS: loadgen flags, word-split on purpose
+  [ "$workload" = growing ] && args+=("$REPLY" ${GROWING_ARGS:-})
+  "$loadgen" --url "http://127.0.0.1:$port/v1/chat/completions" --rate "$3" --duration "$4" \
+    --connections "$CONNECTIONS" "${args[@]}" "${@:6}" >"$5" 2>>"$work/loadgen.err"
+}
+scheduled() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["scheduled"])' "$1"; }
+row() { # workload target rate phase seconds; appends one line to $work/rows.jsonl
+  local workload="$1" target="$2" rate="$3" phase="$4" seconds="$5" extra=()
+  if [ "$workload" = growing ]; then
+    # Warm-up: one request per conversation (the first sight of each
+    # conversation's staggered history); the measured run continues them.
+    local seed="$RANDOM$RANDOM"
+    load "$workload" "$target" 200 1 "$work/warmup.json" --seed "$seed" --drain 30
+    extra=(--seed "$seed" --skip "$(scheduled "$work/warmup.json")")
+  else
+    local warm_rate="$rate"; [ "$warm_rate" -gt 500 ] && warm_rate=500
+    load "$workload" "$target" "$warm_rate" "$WARMUP" "$work/warmup.json" --drain 30
+  fi
+  analyze "$target"
+  settle "$target"
+  local before db_before; before="$(proxy_ticks "$target")"; db_before="$(db_ticks "$target")"
+  local out="$work/run-$workload-$target-$rate-$phase.json"
+  load "$workload" "$target" "$rate" "$seconds" "$out" "${extra[@]}"
+  local after db_after; after="$(proxy_ticks "$target")"; db_after="$(db_ticks "$target")"
+  python3 bench/hotpath_report.py row "$workload" "$target" "$rate" "$phase" \
+    "$((after - before))" "$db_before" "$db_after" "$out" >>"$work/rows.jsonl"
+  python3 bench/hotpath_report.py line "$work/rows.jsonl" >&2
+  settle "$target"
+}
+sustained() { python3 bench/hotpath_report.py sustained "$work/rows.jsonl" "$1" "$2" "$3" "$P99_BOUND_MS" "$MIN_ACHIEVED"; }
+
+# Maximum sustained rate: from the fixed-rate rows (RATES ascending), double
+# the rate until a step is not sustained (or MAX_RATE_CAP), then two
+# bisection steps between the last sustained rate and the first that was not.
+search_max() { # workload target
+  local workload="$1" target="$2" low=0 high=0 rate
+  # low: the highest sustained fixed rate; high: the lowest one above it
+  # that was not (a failure below a success is taken for noise).
+  for rate in $RATES; do
+    if sustained "$workload" "$target" "$rate"; then low="$rate"; high=0
+    elif [ "$high" = 0 ]; then high="$rate"; fi
+  done
+  if [ "$high" = 0 ]; then
+    rate="$low"
+    while [ "$high" = 0 ] && [ "$rate" -lt "$MAX_RATE_CAP" ]; do
+      rate=$((rate * 2)); [ "$rate" -gt "$MAX_RATE_CAP" ] && rate="$MAX_RATE_CAP"
+      row "$workload" "$target" "$rate" max "$MAX_DURATION"
+      if sustained "$workload" "$target" "$rate"; then low="$rate"; else high="$rate"; fi
+    done
+  fi
+  [ "$high" = 0 ] && return 0
+  for _ in 1 2; do
+    [ "$low" = 0 ] && rate=$((high / 2)) || rate="$(python3 -c "print(round(($low * $high) ** 0.5 / 10) * 10)")"
+    { [ "$rate" -le "$low" ] || [ "$rate" -ge "$high" ]; } && break
+    row "$workload" "$target" "$rate" max "$MAX_DURATION"
+    if sustained "$workload" "$target" "$rate"; then low="$rate"; else high="$rate"; fi
+  done
+}
+
+started="$(date +%s)"
+load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
+echo "hotpath: targets ${targets[*]}; workloads $WORKLOADS; $DURATION s per row; work dir $work" >&2
+for workload in $WORKLOADS; do
+  if [ "$workload" = history ]; then rates="$HISTORY_RATE"; else rates="$RATES"; fi
+  for rate in $rates; do
+    for target in "${targets[@]}"; do
+      row "$workload" "$target" "$rate" fixed "$DURATION"
+    done
+  done
+  if [ "$MAX_SEARCH" = 1 ] && [ "$workload" != history ]; then
+    for target in "${targets[@]}"; do search_max "$workload" "$target"; done
+  fi
+done
+
+commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src migrations Cargo.toml Cargo.lock || echo '+changes') (src last changed in $(git log -1 --format=%h -- src))"
+python3 bench/hotpath_report.py report "$work/rows.jsonl" "$OUT" "$(getconf CLK_TCK)" \
+  "$commit" "$P99_BOUND_MS" "$MIN_ACHIEVED" "$(( $(date +%s) - started ))" \
+  "DURATION=$DURATION RATES='$RATES' HISTORY_RATE=$HISTORY_RATE CONNECTIONS=$CONNECTIONS MAX_DURATION=$MAX_DURATION BASELINE_BIN=$BASELINE_BIN GROWING_ARGS=$GROWING_ARGS; load average at start $load_start, at end $(cut -d' ' -f1-3 /proc/loadavg)"
+if grep -q . "$work/loadgen.err"; then
+  echo "hotpath: load generator messages (first 10):" >&2
+  sort "$work/loadgen.err" | uniq -c | sort -rn | head -10 >&2
+fi
+echo "hotpath: results in $OUT" >&2

@@ -1,0 +1,201 @@
+"""Rows, checks and the report of bench/hotpath.sh.
+
+python3 hotpath_report.py row WORKLOAD TARGET RATE PHASE CPU_TICKS DB_BEFORE DB_AFTER LOADGEN_JSON
+    prints one JSON line (DB_*: "pid:ticks ..." of the database's backends)
+python3 hotpath_report.py line ROWS_JSONL
+    prints the last row, short, for progress
+python3 hotpath_report.py sustained ROWS_JSONL WORKLOAD TARGET RATE P99_BOUND_MS MIN_ACHIEVED
+    exit 0 when that row was sustained
+python3 hotpath_report.py report ROWS_JSONL OUT_JSON CLK_TCK COMMIT P99_BOUND_MS MIN_ACHIEVED SECONDS SETTINGS
+    prints the tables (markdown) and writes OUT_JSON
+"""
+
+import json
+import os
+import platform
+import sys
+import time
+
+MAX_ERROR_SHARE = 0.001
+
+
+def db_ticks(before, after):
+    old = dict(item.split(":") for item in before.split())
+    new = dict(item.split(":") for item in after.split())
+    return sum(int(t) - int(old.get(pid, 0)) for pid, t in new.items())
+
+
+def cmd_row(workload, target, rate, phase, cpu_ticks, db_before, db_after, path):
+    with open(path) as f:
+        result = json.load(f)
+    row = {
+        "workload": workload,
+        "target": target,
+        "offered_rate": int(rate),
+        "phase": phase,
+        "cpu_ticks": int(cpu_ticks),
+        "db_cpu_ticks": db_ticks(db_before, db_after) if db_after.strip() else None,
+        "loadgen": result,
+    }
+    print(json.dumps(row))
+
+
+def load(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def lat(row, key):
+    summary = row["loadgen"]["latency_us"]
+    return summary[key] if summary else None
+
+
+def is_sustained(row, p99_bound_ms, min_achieved):
+    g = row["loadgen"]
+    answered = g["ok"] + g["errors"]
+    p99 = lat(row, "p99")
+    return (
+        g["achieved_rate"] >= min_achieved * row["offered_rate"]
+        and g["errors"] <= MAX_ERROR_SHARE * max(answered, 1)
+        and p99 is not None
+        and p99 <= p99_bound_ms * 1000
+    )
+
+
+def cmd_line(path):
+    row = load(path)[-1]
+    g = row["loadgen"]
+    print(
+        f"hotpath: {row['workload']:9} {row['target']:18} {row['offered_rate']:>6}/s {row['phase']:5} "
+        f"achieved {g['achieved_rate']:>8}/s  p50 {lat(row, 'p50')} µs  p99 {lat(row, 'p99')} µs  "
+        f"errors {g['errors']}  connects {g['connects']}"
+    )
+
+
+def cmd_sustained(path, workload, target, rate, p99_bound_ms, min_achieved):
+    for row in load(path):
+        if (row["workload"], row["target"], row["offered_rate"]) == (workload, target, int(rate)):
+            sys.exit(0 if is_sustained(row, float(p99_bound_ms), float(min_achieved)) else 1)
+    sys.exit(2)
+
+
+def enrich(rows, ticks_per_second, p99_bound_ms, min_achieved):
+    direct = {}
+    for row in rows:
+        if row["target"] == "direct":
+            direct[(row["workload"], row["offered_rate"])] = row
+    for row in rows:
+        g = row["loadgen"]
+        served = max(g["ok"] + g["status_errors"], 1)
+        row["p50_us"], row["p99_us"], row["max_us"] = lat(row, "p50"), lat(row, "p99"), lat(row, "max")
+        row["achieved_rate"] = g["achieved_rate"]
+        row["errors"] = g["errors"]
+        row["requests"] = g["ok"] + g["errors"]
+        row["cpu_ms_per_request"] = round(row["cpu_ticks"] * 1000 / ticks_per_second / served, 3)
+        row["db_cpu_ms_per_request"] = (
+            None
+            if row["db_cpu_ticks"] is None
+            else round(row["db_cpu_ticks"] * 1000 / ticks_per_second / served, 3)
+        )
+        row["sustained"] = is_sustained(row, p99_bound_ms, min_achieved)
+        base = direct.get((row["workload"], row["offered_rate"]))
+        if base and row["target"] != "direct" and row["p50_us"] is not None and base["p50_us"] is not None:
+            row["added_p50_us"] = row["p50_us"] - base["p50_us"]
+            row["added_p99_us"] = row["p99_us"] - base["p99_us"]
+        else:
+            row["added_p50_us"] = row["added_p99_us"] = None
+    return rows
+
+
+def fmt(value, signed=False):
+    if value is None:
+        return ""
+    return f"{value:+,}" if signed else f"{value:,}"
+
+
+def cmd_report(path, out, clk_tck, commit, p99_bound_ms, min_achieved, seconds, settings):
+    p99_bound_ms, min_achieved = float(p99_bound_ms), float(min_achieved)
+    rows = enrich(load(path), int(clk_tck), p99_bound_ms, min_achieved)
+    targets = []
+    for row in rows:
+        if row["target"] not in targets:
+            targets.append(row["target"])
+    workloads = []
+    for row in rows:
+        if row["workload"] not in workloads:
+            workloads.append(row["workload"])
+    maxima = {}
+    for workload in workloads:
+        print(f"\n### {workload}\n")
+        sample = next(r for r in rows if r["workload"] == workload)["loadgen"]["body_bytes"]
+        print(
+            f"Bodies: {sample['min'] / 1000:.1f}–{sample['max'] / 1000:.1f} KB, "
+            f"mean {sample['mean'] / 1000:.1f} KB (first row).\n"
+        )
+        print(
+            "| target | offered/s | achieved/s | p50 µs | p99 µs | added p50 | added p99 "
+            "| CPU ms/req | DB CPU ms/req | errors |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        fixed = [r for r in rows if r["workload"] == workload and r["phase"] == "fixed"]
+        fixed.sort(key=lambda r: (r["offered_rate"], targets.index(r["target"])))
+        for r in fixed:
+            print(
+                f"| {r['target']} | {r['offered_rate']:,} | {r['achieved_rate']:,.0f} | {fmt(r['p50_us'])} "
+                f"| {fmt(r['p99_us'])} | {fmt(r['added_p50_us'], True)} | {fmt(r['added_p99_us'], True)} "
+                f"| {r['cpu_ms_per_request']:.3f} | {fmt(r['db_cpu_ms_per_request'])} | {r['errors']} |"
+            )
+        tried = [r for r in rows if r["workload"] == workload]
+        if any(r["phase"] == "max" for r in tried):
+            print(
+                f"\nMaximum sustained rate (achieved ≥ {min_achieved:.0%} of offered, "
+                f"errors ≤ {MAX_ERROR_SHARE:.1%}, p99 ≤ {p99_bound_ms:g} ms; "
+                "highest offered rate tried that met all three):\n"
+            )
+            print("| target | max sustained/s | first not sustained/s | p50 µs | p99 µs | CPU ms/req | DB CPU ms/req |")
+            print("|---|---|---|---|---|---|---|")
+            for target in targets:
+                mine = sorted((r for r in tried if r["target"] == target), key=lambda r: r["offered_rate"])
+                good = [r for r in mine if r["sustained"]]
+                bad = [r for r in mine if not r["sustained"] and (not good or r["offered_rate"] > good[-1]["offered_rate"])]
+                best = good[-1] if good else None
+                first_bad = bad[0]["offered_rate"] if bad else None
+                maxima.setdefault(workload, {})[target] = {
+                    "max_sustained_rate": best["offered_rate"] if best else 0,
+                    "first_not_sustained_rate": first_bad,
+                }
+                if best:
+                    print(
+                        f"| {target} | {best['offered_rate']:,} | {fmt(first_bad) or '(cap)'} | {fmt(best['p50_us'])} "
+                        f"| {fmt(best['p99_us'])} | {best['cpu_ms_per_request']:.3f} | {fmt(best['db_cpu_ms_per_request'])} |"
+                    )
+                else:
+                    print(f"| {target} | < {mine[0]['offered_rate']:,} | {fmt(first_bad)} | | | | |")
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        cpu = ""
+    result = {
+        "benchmark": "bench/hotpath.sh",
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "commit": commit,
+        "settings": settings,
+        "run_seconds": int(seconds),
+        "machine": {"cpus": os.cpu_count(), "cpu": cpu, "kernel": platform.release()},
+        "sustained": {"min_achieved_share": min_achieved, "max_error_share": MAX_ERROR_SHARE, "p99_bound_ms": p99_bound_ms},
+        "rows": rows,
+        "max_sustained": maxima,
+    }
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"\nCommit {commit}; {settings}; run took {int(seconds)} s.")
+
+
+def main():
+    command, args = sys.argv[1], sys.argv[2:]
+    {"row": cmd_row, "line": cmd_line, "sustained": cmd_sustained, "report": cmd_report}[command](*args)
+
+
+if __name__ == "__main__":
+    main()
