@@ -96,11 +96,14 @@ start_nginx direct "$upstream_port" "  server {
     }
   }"
 
+# Each build runs in an empty directory, on its own built-in defaults: a
+# baseline build must not read this checkout's config/default.toml.
 start_condenser() { # name binary database_url
-  local port; port="$(free_port)"
-  CONDENSER_LISTEN="127.0.0.1:$port" DATABASE_URL="$3" \
+  local port binary; port="$(free_port)"; binary="$(realpath "$2")"
+  mkdir -p "$work/$1.cwd"
+  (cd "$work/$1.cwd" && CONDENSER_LISTEN="127.0.0.1:$port" DATABASE_URL="$3" \
     CONDENSER_OPENAI_BASE_URL="http://127.0.0.1:$upstream_port/v1" \
-    "$2" serve >"$work/$1.log" 2>&1 &
+    exec "$binary" serve) >"$work/$1.log" 2>&1 &
   pids+=($!)
   echo $! >"$work/$1.pid"
   echo "$port" >"$work/$1.port"
