@@ -19,6 +19,7 @@ IDENTICAL_RATE="${IDENTICAL_RATE:-1000}"
 GROWING_RATE="${GROWING_RATE:-1000}"
 HISTORY_RATE="${HISTORY_RATE:-20}"
 PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
+TITLE="${TITLE:-$BIN}"
 
 command -v perf >/dev/null || { echo "flamegraph: needs perf (linux-perf)" >&2; exit 1; }
 if ! command -v inferno-flamegraph >/dev/null; then
@@ -49,9 +50,13 @@ pids+=($!)
 wait_port "$upstream"
 psql -q "$PGURL/postgres" -c "create database $database" >/dev/null
 port="$(free_port)"
-CONDENSER_LISTEN="127.0.0.1:$port" DATABASE_URL="$PGURL/$database" \
+# In an empty directory, on the build's own defaults (a baseline build must
+# not read this checkout's config/default.toml).
+mkdir "$work/cwd"
+binary="$(realpath "$BIN")"
+(cd "$work/cwd" && CONDENSER_LISTEN="127.0.0.1:$port" DATABASE_URL="$PGURL/$database" \
   CONDENSER_OPENAI_BASE_URL="http://127.0.0.1:$upstream/v1" \
-  "$BIN" serve >"$work/condenser.log" 2>&1 &
+  exec "$binary" serve) >"$work/condenser.log" 2>&1 &
 condenser=$!
 pids+=($condenser)
 wait_port "$port"
@@ -69,8 +74,9 @@ graph() { # name rate loadgen-args...
     | python3 -c 'import json,sys; d=json.load(sys.stdin); print("flamegraph: %s req/s, p50 %s us" % (d["achieved_rate"], d["latency_us"]["p50"]), file=sys.stderr)'
   wait "$recorder"
   perf script -i "$work/$name.data" 2>/dev/null | inferno-collapse-perf >"$work/$name.folded"
-  inferno-flamegraph --title "condenser $name ($rate req/s, $(basename "$BIN"))" \
+  inferno-flamegraph --title "condenser $name ($rate req/s, $TITLE)" \
     --minwidth 0.2 <"$work/$name.folded" >"$OUT-$name.svg"
+  [ -n "${KEEP_FOLDED:-}" ] && cp "$work/$name.folded" "$OUT-$name.folded"
   echo "flamegraph: wrote $OUT-$name.svg" >&2
 }
 
