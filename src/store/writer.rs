@@ -18,6 +18,9 @@ pub const QUEUE_ENTRIES: usize = 16_384;
 /// dozen times a second, small enough that one commit stays short.
 const MAX_BATCH: usize = 512;
 
+/// How long the writer lets writes gather after the first of a batch.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// Builds the rows of a request's messages from the first not yet stored.
 pub type RowsFrom = Box<dyn FnOnce(usize) -> Vec<NewMessage> + Send>;
 
@@ -103,6 +106,16 @@ fn full(what: &'static str) -> QueueFull {
 async fn run(storage: Storage, mut jobs: mpsc::Receiver<Job>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        // Nothing waits on a write but a compaction (which then waits for
+        // a summary): a few milliseconds more make the commits larger and
+        // fewer, and each costs both processes a round of statements.
+        if batch.len() < MAX_BATCH {
+            tokio::time::sleep(LINGER).await;
+            while batch.len() < MAX_BATCH {
+                let Ok(job) = jobs.try_recv() else { break };
+                batch.push(job);
+            }
+        }
         metrics::histogram!("condenser_write_batch_size").record(batch.len() as f64);
         write(&storage, std::mem::take(&mut batch)).await;
     }
