@@ -9,6 +9,7 @@ use crate::store::StoredSize;
 use crate::tokens::{Calibration, ModelSize, SizeBook, SizeSource};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
@@ -80,9 +81,14 @@ impl Sizes {
             metrics::histogram!("condenser_token_estimate_ratio").record(ratio);
         }
         let observed = Calibration::measured(input_tokens, sent_bytes);
-        let learned =
-            self.book
-                .learn_usage(upstream, model, observed, input_tokens, requested_output);
+        let learned = self.book.learn_usage(
+            upstream,
+            model,
+            observed,
+            input_tokens,
+            requested_output,
+            Instant::now(),
+        );
         if let Some(size) = learned {
             self.spawn_save(upstream, model, size, "usage");
         }

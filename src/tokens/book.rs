@@ -20,6 +20,9 @@ const MAX_MODELS: usize = 4096;
 /// last written, or when this long has passed.
 const SAVE_CALIBRATION_CHANGE: f64 = 0.05;
 const SAVE_CALIBRATION_EVERY: Duration = Duration::from_secs(30);
+/// A busy model's calibration moves with every mixed batch of answers; it is
+/// written at most this often, so a store write never follows every answer.
+const SAVE_CALIBRATION_GAP: Duration = Duration::from_secs(1);
 
 /// Where a known window came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,12 +67,14 @@ impl Entry {
         }
     }
 
-    fn calibration_due(&self) -> bool {
-        let (Some((at, saved)), Some(now)) = (self.saved, self.size.calibration) else {
+    fn calibration_due(&self, now: Instant) -> bool {
+        let (Some((at, saved)), Some(current)) = (self.saved, self.size.calibration) else {
             return true;
         };
-        let moved = (now.rate() - saved.rate()).abs() / saved.rate();
-        moved > SAVE_CALIBRATION_CHANGE || at.elapsed() >= SAVE_CALIBRATION_EVERY
+        let since = now.saturating_duration_since(at);
+        let moved = (current.rate() - saved.rate()).abs() / saved.rate();
+        (moved > SAVE_CALIBRATION_CHANGE && since >= SAVE_CALIBRATION_GAP)
+            || since >= SAVE_CALIBRATION_EVERY
     }
 }
 
@@ -141,8 +146,8 @@ impl SizeBook {
     }
 
     /// A response's `usage`: `observed` for a request whose output budget
-    /// was `requested_output`. Returns what to store when it is due to be
-    /// written back.
+    /// was `requested_output`, answered at `now`. Returns what to store when
+    /// it is due to be written back.
     pub fn learn_usage(
         &self,
         upstream: &str,
@@ -150,6 +155,7 @@ impl SizeBook {
         observed: Calibration,
         input_tokens: u64,
         requested_output: u64,
+        now: Instant,
     ) -> Option<ModelSize> {
         let mut entries = self.lock();
         let entry = entries.get_mut(&(upstream.to_string(), model.to_string()))?;
@@ -159,9 +165,9 @@ impl SizeBook {
         entry.size.ignores_output |= learned_ignoring;
         let calibration = blend(entry.size.calibration, observed);
         entry.size.calibration = Some(calibration);
-        let due = learned_ignoring || entry.calibration_due();
+        let due = learned_ignoring || entry.calibration_due(now);
         if due {
-            entry.saved = Some((Instant::now(), calibration));
+            entry.saved = Some((now, calibration));
         }
         due.then_some(entry.size)
     }
@@ -262,13 +268,33 @@ mod tests {
         let book = book();
         book.lookup("openai", "gpt-4o");
         let rate = Calibration::from_rate(0.3);
-        let saved = book.learn_usage("openai", "gpt-4o", rate, 1_000, 256);
+        let start = Instant::now();
+        let saved = book.learn_usage("openai", "gpt-4o", rate, 1_000, 256, start);
         assert_eq!(saved.and_then(|s| s.calibration), Some(rate));
-        let same = book.learn_usage("openai", "gpt-4o", rate, 1_000, 256);
+        let later = start + SAVE_CALIBRATION_GAP;
+        let same = book.learn_usage("openai", "gpt-4o", rate, 1_000, 256, later);
         assert!(same.is_none(), "nothing new to write");
         let higher = Calibration::from_rate(0.33);
-        let moved = book.learn_usage("openai", "gpt-4o", higher, 1_000, 256);
+        let moved = book.learn_usage("openai", "gpt-4o", higher, 1_000, 256, later);
         assert_eq!(moved.and_then(|s| s.calibration), Some(higher));
+    }
+
+    #[test]
+    fn a_moving_calibration_is_written_at_most_once_per_gap() {
+        let book = book();
+        book.lookup("openai", "gpt-4o");
+        let start = Instant::now();
+        let (low, high) = (Calibration::from_rate(0.2), Calibration::from_rate(0.4));
+        assert!(book
+            .learn_usage("openai", "gpt-4o", low, 1_000, 256, start)
+            .is_some());
+        let soon = start + SAVE_CALIBRATION_GAP / 2;
+        let held = book.learn_usage("openai", "gpt-4o", high, 1_000, 256, soon);
+        assert!(held.is_none(), "moved, but written a moment ago");
+        let after = start + SAVE_CALIBRATION_GAP;
+        let written = book.learn_usage("openai", "gpt-4o", high, 1_000, 256, after);
+        let blended = book.lookup("openai", "gpt-4o").size.calibration;
+        assert_eq!(written.and_then(|s| s.calibration), blended);
     }
 
     #[test]
@@ -277,9 +303,9 @@ mod tests {
         book.lookup("local", "smollm2");
         book.learn_overflow("local", "smollm2", Some(1024), false, None);
         let rate = Calibration::from_rate(0.3);
-        book.learn_usage("local", "smollm2", rate, 900, 100);
+        book.learn_usage("local", "smollm2", rate, 900, 100, Instant::now());
         assert!(!book.lookup("local", "smollm2").size.ignores_output);
-        let saved = book.learn_usage("local", "smollm2", rate, 1000, 100);
+        let saved = book.learn_usage("local", "smollm2", rate, 1000, 100, Instant::now());
         assert!(saved.is_some_and(|s| s.ignores_output), "saved at once");
         book.learn_overflow("local", "smollm2", Some(1024), true, None);
         assert!(!book.lookup("local", "smollm2").size.ignores_output);
