@@ -40,7 +40,7 @@ pub use listing::{ConversationRow, ListQuery, SortBy, MAX_PAGE};
 pub use memory::StoreMemory;
 pub use messages::{MessageBatch, NewMessage};
 pub use overview::{LearnedWindow, MessageText, Overview};
-pub use requests::{RequestPoint, RequestRecord, REQUESTS_KEPT};
+pub use requests::{RequestPoint, RequestRecord, PRUNE_EVERY, REQUESTS_KEPT};
 pub use rows::now_ms;
 pub use text::{human_bytes, short_hash, short_tenant, utc_time};
 pub use writer::{MessageWrite, QueueFull, RowsFrom, Writer};

@@ -13,8 +13,10 @@ use std::collections::HashMap;
 /// chart; older ones are dropped as new ones come.
 pub const REQUESTS_KEPT: i64 = 2_000;
 
-/// Pruning past [`REQUESTS_KEPT`] runs on every this-many-th request only.
-const PRUNE_EVERY: i64 = 64;
+/// Pruning past [`REQUESTS_KEPT`] runs on every this-many-th request only:
+/// each prune walks the kept rows' index to find the cut, so a busy
+/// conversation pays for that walk once per this many requests.
+pub const PRUNE_EVERY: i64 = 256;
 
 /// What one chat request did, as the chart and the overview need it.
 #[derive(Debug, Clone, PartialEq, Eq)]

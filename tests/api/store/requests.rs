@@ -2,7 +2,7 @@
 
 use super::{bodies, Chain};
 use crate::helpers::db::{both_backends, TestBackend, TestDb};
-use condenser::store::{RequestRecord, REQUESTS_KEPT};
+use condenser::store::{RequestRecord, PRUNE_EVERY, REQUESTS_KEPT};
 
 both_backends!(
     a_conversation_keeps_only_its_newest_request_rows,
@@ -85,7 +85,7 @@ async fn a_conversation_keeps_only_its_newest_request_rows(backend: TestBackend)
     let db = TestDb::new(backend).await;
     let store = db.store().await;
     let chain = Chain::new("key-a", &bodies(3, None));
-    let total = REQUESTS_KEPT + 64 * 2;
+    let total = REQUESTS_KEPT + PRUNE_EVERY * 2;
     for n in 0..total {
         let record = RequestRecord {
             id: uuid::Uuid::now_v7(),
@@ -113,7 +113,7 @@ async fn a_conversation_keeps_only_its_newest_request_rows(backend: TestBackend)
     let oldest = db.count("select min(sent_bytes) from requests").await;
     let requests = db.count("select requests from conversations").await;
 
-    assert!(kept <= REQUESTS_KEPT + 64, "{kept} rows kept");
+    assert!(kept <= REQUESTS_KEPT + PRUNE_EVERY, "{kept} rows kept");
     assert!(kept >= REQUESTS_KEPT, "{kept} rows kept");
     assert_eq!(oldest, total - kept, "the oldest rows went first");
     assert_eq!(
