@@ -6,7 +6,7 @@ use crate::http::routes::RouteTable;
 use crate::overflow::SignatureTable;
 use crate::pipeline::sizes::Sizes;
 use crate::store::Storage;
-use crate::store::{Backend, Store, StoreOptions, Writer};
+use crate::store::{notify, Backend, Store, StoreOptions, Writer};
 use crate::upstream::UpstreamClient;
 use anyhow::Context;
 use std::sync::Arc;
@@ -97,11 +97,19 @@ async fn remember_the_store(url: &str, storage: &Storage) {
         return;
     };
     let memory = storage.memory();
-    if store.backend() == Backend::Postgres {
-        if let Err(error) = crate::store::notify::listen(url, store.clone(), memory.clone()).await {
-            tracing::warn!(error.message = %error, "cannot listen for other instances' compactions: they are found on overflow");
+    match store.backend() {
+        Backend::Postgres => {
+            if let Err(error) = notify::listen(url, store.clone(), memory.clone()).await {
+                tracing::warn!(error.message = %error, "cannot listen for other instances' compactions: they are found on overflow");
+            }
+        }
+        Backend::Sqlite => {
+            if let Err(error) = notify::watch_sqlite_deletions(store.clone(), memory.clone()).await
+            {
+                tracing::warn!(error.message = %error, "cannot watch for deleted rows: restart after deleting conversations");
+            }
         }
     }
-    let remembered = crate::store::notify::remember_recent(store, memory, None).await;
+    let remembered = notify::remember_recent(store, memory, None).await;
     tracing::debug!(remembered, "compactions loaded into memory");
 }

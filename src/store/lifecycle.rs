@@ -108,6 +108,15 @@ impl Store {
         Ok(Deleted::from_counts(&counts))
     }
 
+    /// How many message and compaction rows were ever deleted (SQLite, by
+    /// trigger): a change means memory may hold what is gone.
+    pub async fn sqlite_deletions(&self) -> Result<i64> {
+        let count = sqlx::query_scalar("select deletions from store_deletions where id = 1")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(count)
+    }
+
     /// Deletes every row stored under `tenant`'s digest.
     pub async fn delete_tenant(&self, tenant: &TenantId) -> Result<Deleted> {
         let mut tx = self.begin_write().await?;

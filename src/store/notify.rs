@@ -1,10 +1,15 @@
-//! Keeping every instance's memory of the store current (Postgres only).
+//! Keeping every instance's memory of the store current.
 //!
-//! Triggers (migrations/postgres) notify the `condenser_store` channel when
-//! a compaction is inserted or deleted and when messages are deleted; every
-//! instance listens and updates its [`StoreMemory`]. A notification lost
-//! while the listening connection was down is made up for on reconnect:
-//! recent compactions are read again and the stored links forgotten.
+//! Postgres: triggers (migrations/postgres) notify the `condenser_store`
+//! channel when a compaction is inserted or deleted and when messages are
+//! deleted; every instance listens and updates its [`StoreMemory`]. A
+//! notification lost while the listening connection was down is made up
+//! for on reconnect: recent compactions are read again and the stored links
+//! forgotten.
+//!
+//! SQLite: one server per file, but `condenser` subcommands (or an
+//! operator's SQL) may delete rows beside it. Triggers count deletions
+//! (migrations/sqlite) and the server looks at the count every second.
 
 use super::{Store, StoreMemory};
 use crate::conversation::{ChainHash, TenantId};
@@ -15,6 +20,9 @@ pub const CHANNEL: &str = "condenser_store";
 
 /// How far back a reconnect reads compactions it may have missed.
 const CATCH_UP: Duration = Duration::from_secs(60);
+
+/// How often a SQLite server looks at the deletion count.
+const SQLITE_DELETIONS_EVERY: Duration = Duration::from_secs(1);
 
 /// What a notification says happened.
 #[derive(Debug, PartialEq, Eq)]
@@ -111,14 +119,47 @@ pub async fn remember_recent(
 }
 
 /// After this process deleted rows. On Postgres the triggers tell every
-/// instance, this one included; SQLite has no notifications, and one
-/// process per file, so this one forgets here.
+/// instance, this one included; on SQLite this one forgets at once rather
+/// than at its next look at the deletion count.
 pub async fn after_deletions(store: &Store, memory: &StoreMemory) {
     if store.backend() == super::Backend::Sqlite {
-        memory.forget_stored();
-        memory.forget_compactions();
-        remember_recent(store, memory, None).await;
+        forget_and_reload(store, memory).await;
     }
+}
+
+/// Starts watching SQLite's deletion count; returns once the count it
+/// compares with is read, so a deletion after memory is filled is not
+/// missed.
+pub async fn watch_sqlite_deletions(store: Store, memory: StoreMemory) -> super::Result<()> {
+    let mut seen = store.sqlite_deletions().await?;
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(SQLITE_DELETIONS_EVERY);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            match store.sqlite_deletions().await {
+                Ok(count) if count != seen => {
+                    tracing::debug!(
+                        deletions = count - seen,
+                        "rows deleted: forgetting what memory knew"
+                    );
+                    forget_and_reload(&store, &memory).await;
+                    seen = count;
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::debug!(error.message = %error, "reading the deletion count failed");
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+async fn forget_and_reload(store: &Store, memory: &StoreMemory) {
+    memory.forget_stored();
+    memory.forget_compactions();
+    remember_recent(store, memory, None).await;
 }
 
 async fn catch_up(store: &Store, memory: &StoreMemory) {

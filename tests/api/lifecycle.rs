@@ -1,6 +1,7 @@
 //! Retention and deletion on both backends: idle conversations go with
 //! everything that names them, newer ones stay; a tenant's deletion leaves
-//! no row with its digest; one conversation can be deleted by id.
+//! no row with its digest; one conversation can be deleted by id, and if
+//! its client carries on, the running server stores it again whole.
 
 use crate::helpers::admin::{post_labelled, spawn_admin_app, wait_for};
 use crate::helpers::agent::{Agent, Dialect};
@@ -22,6 +23,7 @@ both_backends!(
     conversations_idle_past_the_retention_are_deleted_and_newer_ones_kept,
     deleting_a_tenant_leaves_no_row_with_its_digest,
     one_conversation_is_deleted_by_its_id,
+    a_conversation_deleted_beside_the_server_is_stored_whole_when_it_goes_on,
     the_background_task_prunes_an_old_dead_end_and_keeps_the_live_branch,
 );
 
@@ -214,6 +216,56 @@ async fn one_conversation_is_deleted_by_its_id(backend: TestBackend) {
     );
     assert_eq!(rows_of(&app, "doomed").await, [0, 0, 0]);
     assert_eq!(rows_of(&app, "kept").await, [2, 1, 1]);
+}
+
+/// The server remembers which messages it stored; a deletion by the
+/// command line, in another process, must not leave it believing so.
+async fn a_conversation_deleted_beside_the_server_is_stored_whole_when_it_goes_on(
+    backend: TestBackend,
+) {
+    let app = spawn_admin_app(backend, json!({})).await;
+    chat(&app, OPENAI_KEY, "doomed").await;
+    wait_for(&app, "select count(*) from conversations", 1).await;
+    let pool = app.db.pool().await;
+    let root: String = sqlx::query_scalar("select root from conversations where label = 'doomed'")
+        .fetch_one(&pool)
+        .await
+        .expect("root");
+    let output = condenser_cli(&app, &["conversations", "delete", &root[..10]], "").await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(rows_of(&app, "doomed").await, [0, 0, 0]);
+    // Postgres tells the server at commit; SQLite's server looks at the
+    // deletion count once a second.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let next_turn = json!({"model": "gpt-4o-mini", "max_tokens": 64, "messages": [
+        {"role": "system", "content": "You help with doomed."},
+        {"role": "user", "content": "hello from doomed"},
+        {"role": "assistant", "content": "Hello! How can I help?"},
+        {"role": "user", "content": "still there?"}]});
+    let response = app
+        .client
+        .post(app.url("/v1/chat/completions"))
+        .bearer_auth(OPENAI_KEY)
+        .header("x-conversation-id", "doomed")
+        .json(&next_turn)
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(response.status(), 200);
+
+    let recorded = "select count(*) from requests r join conversations c \
+         on c.tenant = r.tenant and c.root = r.root where c.label = 'doomed'";
+    wait_for(&app, recorded, 1).await;
+    assert_eq!(
+        rows_of(&app, "doomed").await,
+        [4, 1, 1],
+        "all four messages stored again, not only the two new ones"
+    );
 }
 
 async fn the_background_task_prunes_an_old_dead_end_and_keeps_the_live_branch(
