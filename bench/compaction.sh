@@ -30,20 +30,7 @@ if [ -z "$BASELINE_BIN" ]; then
   BASELINE_BIN="$PWD/target/bench-baseline/target/release/condenser"
 fi
 
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { # port log
-  for _ in $(seq 1 300); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done
-  echo "bench: nothing listens on $1; $2 says:" >&2; tail -n 20 "$2" >&2; exit 1
-}
+. bench/lib.sh
 
 run() { # name binary: a fresh fake upstream and Condenser (SQLite), one conversation
   local name="$1" binary="$2" fake_port port

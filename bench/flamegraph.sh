@@ -28,20 +28,11 @@ if ! command -v inferno-flamegraph >/dev/null; then
 fi
 cargo build --release --quiet -p condenser -p fake-upstream -p loadgen
 
-work="$(mktemp -d)"
+. bench/lib.sh
 database="condenser_flame_$$"
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  psql -q "$PGURL/postgres" -c "drop database if exists $database" >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+databases+=("$database")
 mkdir -p "$(dirname "$OUT")"
 python3 bench/make_bodies.py "$work" >/dev/null
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "flamegraph: nothing listens on $1" >&2; exit 1; }
 
 upstream="$(free_port)"
 target/release/fake-upstream --listen "127.0.0.1:$upstream" --no-record \

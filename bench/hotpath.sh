@@ -36,23 +36,10 @@ cargo build --release --quiet -p condenser -p loadgen
 loadgen=target/release/loadgen
 condenser=target/release/condenser
 
-work="$(mktemp -d)"
+. bench/lib.sh
 mkdir -p "$(dirname "$OUT")"
-pids=()
-databases=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  for database in "${databases[@]}"; do
-    psql -q "$PGURL/postgres" -c "drop database if exists $database" >/dev/null 2>&1 || true
-  done
-  if [ -n "${KEEP_WORK:-}" ]; then echo "hotpath: kept $work" >&2; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
 
 python3 bench/make_bodies.py "$work" >/dev/null
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "hotpath: nothing listens on $1" >&2; exit 1; }
 
 # --- nginx: one instance as the upstream, one as the plain reverse proxy ---
 nginx_conf() { # dir port server-block

@@ -20,22 +20,9 @@ if ! command -v hey >/dev/null; then
 fi
 cargo build --release --quiet -p condenser -p fake-upstream
 
-work="$(mktemp -d)"
-pids=()
-databases=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  for database in "${databases[@]}"; do
-    psql -q "$PGURL/postgres" -c "drop database if exists $database" >/dev/null 2>&1 || true
-  done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+. bench/lib.sh
 
 python3 bench/make_bodies.py "$work"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "bench: nothing listens on $1" >&2; exit 1; }
 
 fake_port="$(free_port)"
 target/release/fake-upstream --listen "127.0.0.1:$fake_port" --no-record \
