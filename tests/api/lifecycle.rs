@@ -68,6 +68,23 @@ async fn condenser_cli(app: &TestApp, args: &[&str], stdin: &str) -> std::proces
     child.wait_with_output().await.expect("exits")
 }
 
+/// Deletes the conversation labelled `label` with `condenser conversations
+/// delete`, naming it by a prefix of its root hash as an operator would.
+async fn delete_by_command_line(app: &TestApp, label: &str) {
+    let pool = app.db.pool().await;
+    let root: String = sqlx::query_scalar("select root from conversations where label = $1")
+        .bind(label)
+        .fetch_one(&pool)
+        .await
+        .expect("root");
+    let output = condenser_cli(app, &["conversations", "delete", &root[..10]], "").await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// Rows of `table` labelled or rooted in the conversation labelled `label`.
 async fn rows_of(app: &TestApp, label: &str) -> [i64; 3] {
     let root = format!("(select root from conversations where label = '{label}')");
@@ -201,19 +218,9 @@ async fn one_conversation_is_deleted_by_its_id(backend: TestBackend) {
     chat(&app, OPENAI_KEY, "kept").await;
     wait_for(&app, "select count(*) from conversations", 2).await;
     wait_for(&app, "select count(*) from messages", 4).await;
-    let pool = app.db.pool().await;
-    let root: String = sqlx::query_scalar("select root from conversations where label = 'doomed'")
-        .fetch_one(&pool)
-        .await
-        .expect("root");
 
-    let output = condenser_cli(&app, &["conversations", "delete", &root[..10]], "").await;
+    delete_by_command_line(&app, "doomed").await;
 
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
     assert_eq!(rows_of(&app, "doomed").await, [0, 0, 0]);
     assert_eq!(rows_of(&app, "kept").await, [2, 1, 1]);
 }
@@ -226,17 +233,7 @@ async fn a_conversation_deleted_beside_the_server_is_stored_whole_when_it_goes_o
     let app = spawn_admin_app(backend, json!({})).await;
     chat(&app, OPENAI_KEY, "doomed").await;
     wait_for(&app, "select count(*) from conversations", 1).await;
-    let pool = app.db.pool().await;
-    let root: String = sqlx::query_scalar("select root from conversations where label = 'doomed'")
-        .fetch_one(&pool)
-        .await
-        .expect("root");
-    let output = condenser_cli(&app, &["conversations", "delete", &root[..10]], "").await;
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    delete_by_command_line(&app, "doomed").await;
     assert_eq!(rows_of(&app, "doomed").await, [0, 0, 0]);
     // Postgres tells the server at commit; SQLite's server looks at the
     // deletion count once a second.
