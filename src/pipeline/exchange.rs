@@ -191,8 +191,7 @@ impl Exchange {
             requested_output: self.adapter.max_output_tokens(&self.request).unwrap_or(0),
         };
         let idle = self.state.upstream.idle_timeout();
-        let (response, usage) =
-            respond::relayed(inspected, idle, Some((tap, &self.state.background)));
+        let (response, usage) = respond::relayed(inspected, idle, Some(tap));
         self.report.usage = usage;
         self.finish(response)
     }

@@ -1,7 +1,7 @@
 //! Recording what each chat request did, for the operator page: the tokens
 //! the upstream saw (estimated before sending, and as its usage reported),
-//! and the compactions and overflows on the way. Written in the background
-//! once the usage is known, never on the request path.
+//! and the compactions and overflows on the way. Queued for the writer once
+//! the usage is known, never written on the request path.
 
 use super::respond::Report;
 use crate::conversation::Conversation;
@@ -64,19 +64,21 @@ impl Observed {
             compaction_error: report.compaction_error.map(str::to_owned),
             degraded: report.degraded.is_some(),
         };
+        if self.state.storage.store().is_none() {
+            return (response, report);
+        }
         let writer = self.state.writer.clone();
-        let stored = self.state.storage.store().is_some();
-        self.state.background.spawn(async move {
-            if let Some(usage) = usage {
-                // Resolves when the client's stream has been relayed whole.
-                let input = usage.await.ok().flatten().map(|u| u.input_tokens as i64);
-                record.upstream_input_tokens = input;
-            }
-            // A full queue drops a chart point, counted, never a message.
-            if stored {
+        // A full queue drops a chart point, counted, never a message.
+        match usage {
+            // Known once the client's body has been relayed whole.
+            Some(usage) => usage.then(move |usage| {
+                record.upstream_input_tokens = usage.map(|u| u.input_tokens as i64);
+                let _ = writer.record(record);
+            }),
+            None => {
                 let _ = writer.record(record);
             }
-        });
+        }
         (response, report)
     }
 }

@@ -2,8 +2,7 @@
 //! errors, and the `x-condenser-*` headers that say what was done.
 
 use super::inspect::{is_event_stream, Inspected};
-use super::usage::UsageTap;
-use crate::protocol::Usage;
+use super::usage::{UsageRead, UsageTap};
 use crate::upstream::{headers, relay};
 use axum::body::Body;
 use axum::response::Response;
@@ -11,8 +10,6 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use std::time::Duration;
-use tokio::task::JoinHandle;
-use tokio_util::task::TaskTracker;
 
 /// What Condenser did for one request, reported in response headers and
 /// recorded for the operator page.
@@ -27,7 +24,7 @@ pub struct Report {
     /// Size of the body last sent upstream.
     pub sent_bytes: usize,
     /// The usage read off a relayed response, once it has been read.
-    pub usage: Option<JoinHandle<Option<Usage>>>,
+    pub usage: Option<UsageRead>,
 }
 
 impl Report {
@@ -51,13 +48,13 @@ impl Report {
     }
 }
 
-/// The response for the client; a successful one's usage is read on the
-/// side when `usage` says for which request, and resolves in the handle.
+/// The response for the client; a successful one's usage is read as it
+/// passes when `usage` says for which request.
 pub fn relayed(
     inspected: Inspected,
     idle: Duration,
-    usage: Option<(UsageTap, &TaskTracker)>,
-) -> (Response, Option<JoinHandle<Option<Usage>>>) {
+    usage: Option<UsageTap>,
+) -> (Response, Option<UsageRead>) {
     match inspected {
         Inspected::Relay {
             response,
@@ -70,8 +67,8 @@ pub fn relayed(
             let first = futures_util::stream::iter(first_chunk.map(Ok));
             let body = first.chain(rest);
             let (body, read) = match usage.filter(|_| status.is_success()) {
-                Some((tap, background)) => {
-                    let (body, read) = super::usage::tap(body, event_stream, tap, background);
+                Some(tap) => {
+                    let (body, read) = super::usage::tap(body, event_stream, tap);
                     (Body::from_stream(body), Some(read))
                 }
                 None => (Body::from_stream(body), None),

@@ -1,22 +1,19 @@
-//! Reading `usage` off a relayed response without holding it back: the
-//! client's chunks go on as they come, and a copy of each goes to a
-//! background reader that finds the token counts in the JSON body or in the
-//! stream's events (the final chunk, `message_delta`, `response.completed`).
-//! What it finds calibrates the model's byte-to-token estimate.
+//! Reading `usage` off a relayed response without holding it back: each of
+//! the client's chunks is read as it passes, in the task that relays it,
+//! for the token counts in the JSON body or in the stream's events (the
+//! final chunk, `message_delta`, `response.completed`). What it finds
+//! calibrates the model's byte-to-token estimate. No task and no channel
+//! per request: on the hot path, a wake-up of another task costs more than
+//! reading a kilobyte.
 
 use super::sizes::Sizes;
 use crate::protocol::{Adapter, Usage};
-use bytes::Bytes;
-use eventsource_stream::Eventsource;
-use futures_util::{Stream, StreamExt};
+use bytes::{Bytes, BytesMut};
+use eventsource_stream::{EventStream, Eventsource};
+use futures_util::{FutureExt, Stream, StreamExt};
+use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-use tokio_util::task::TaskTracker;
-use tracing::Instrument;
-
-/// Chunks the reader may fall behind by; past that it stops reading rather
-/// than slow the client down or buffer without bound.
-const TAP_CHUNKS: usize = 256;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 
 /// A JSON body larger than this is not parsed for its usage.
 const MAX_JSON_BODY: usize = 8 * 1024 * 1024;
@@ -33,96 +30,274 @@ pub struct UsageTap {
     pub requested_output: u64,
 }
 
-/// `body` unchanged for the client; its usage learned on the side. The
-/// handle resolves to the usage found, if any.
+/// The usage of a response, known once its body has been relayed whole (or
+/// the client hung up). Whoever wants it says what to do with it.
+#[derive(Clone)]
+pub struct UsageRead(Arc<Mutex<Slot>>);
+
+type Then = Box<dyn FnOnce(Option<Usage>) + Send>;
+
+enum Slot {
+    Reading,
+    Waiting(Then),
+    Read(Option<Usage>),
+    Taken,
+}
+
+impl std::fmt::Debug for UsageRead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UsageRead")
+    }
+}
+
+impl UsageRead {
+    fn new() -> Self {
+        Self(Arc::new(Mutex::new(Slot::Reading)))
+    }
+
+    /// Runs `then` with the usage once it is read: now, if it already is.
+    pub fn then(self, then: impl FnOnce(Option<Usage>) + Send + 'static) {
+        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match std::mem::replace(&mut *slot, Slot::Taken) {
+            Slot::Read(usage) => {
+                drop(slot);
+                then(usage);
+            }
+            Slot::Reading => *slot = Slot::Waiting(Box::new(then)),
+            Slot::Waiting(_) | Slot::Taken => {}
+        }
+    }
+
+    fn resolve(&self, usage: Option<Usage>) {
+        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match std::mem::replace(&mut *slot, Slot::Taken) {
+            Slot::Waiting(then) => {
+                drop(slot);
+                then(usage);
+            }
+            Slot::Reading => *slot = Slot::Read(usage),
+            Slot::Read(_) | Slot::Taken => {}
+        }
+    }
+}
+
+/// `body` unchanged for the client; its usage learned as it passes.
 pub fn tap<S>(
     body: S,
     event_stream: bool,
     usage_tap: UsageTap,
-    background: &TaskTracker,
-) -> (
-    impl Stream<Item = S::Item> + Send + 'static,
-    JoinHandle<Option<Usage>>,
-)
+) -> (impl Stream<Item = S::Item> + Send + 'static, UsageRead)
 where
     S: Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
 {
-    let (sender, receiver) = mpsc::channel::<Bytes>(TAP_CHUNKS);
-    let reader = background.spawn(read_usage(receiver, event_stream, usage_tap).in_current_span());
-    let mut sender = Some(sender);
+    let read = UsageRead::new();
+    let mut reader = Reader {
+        parser: if event_stream {
+            Parser::events(usage_tap.adapter)
+        } else {
+            Parser::Json(Some(BytesMut::new()))
+        },
+        usage_tap: Some(usage_tap),
+        read: read.clone(),
+    };
     let body = body.map(move |chunk| {
-        if let (Ok(bytes), Some(tx)) = (&chunk, &sender) {
-            if tx.try_send(bytes.clone()).is_err() {
-                // The reader fell behind: a partial copy would misread.
-                sender = None;
-            }
+        match &chunk {
+            Ok(bytes) => reader.feed(bytes),
+            // A broken body is not read to its end.
+            Err(_) => reader.parser = Parser::Abandoned,
         }
         chunk
     });
-    (body, reader)
+    (body, read)
 }
 
-async fn read_usage(
-    receiver: mpsc::Receiver<Bytes>,
-    event_stream: bool,
-    usage_tap: UsageTap,
-) -> Option<Usage> {
-    let chunks = tokio_stream::wrappers::ReceiverStream::new(receiver);
-    let usage = if event_stream {
-        stream_usage(chunks, usage_tap.adapter).await
-    } else {
-        body_usage(chunks, usage_tap.adapter).await
-    }?;
-    let UsageTap {
-        sizes,
-        upstream,
-        model,
-        sent_bytes,
-        requested_output,
-        ..
-    } = usage_tap;
-    sizes.learn_usage(
-        &upstream,
-        &model,
-        sent_bytes,
-        usage.input_tokens,
-        requested_output,
-    );
-    Some(usage)
+/// Reads the chunks it is fed; tells what it found when dropped, which is
+/// when the body ends or the client leaves.
+struct Reader {
+    parser: Parser,
+    usage_tap: Option<UsageTap>,
+    read: UsageRead,
 }
 
-async fn stream_usage(
-    chunks: impl Stream<Item = Bytes> + Unpin,
-    adapter: &dyn Adapter,
-) -> Option<Usage> {
-    let mut events = chunks.map(Ok::<_, std::io::Error>).eventsource();
-    let mut found: Option<Usage> = None;
-    while let Some(Ok(event)) = events.next().await {
-        // Only the few events that carry usage are parsed.
-        if !event.data.contains("usage") {
-            continue;
+enum Parser {
+    /// The body so far; `None` once it is too large to parse.
+    Json(Option<BytesMut>),
+    Events(Box<Events>),
+    Abandoned,
+}
+
+type Chunks = UnboundedReceiverStream<Result<Bytes, std::io::Error>>;
+
+/// An event stream's parser, handed each chunk as it passes.
+struct Events {
+    /// Dropped at the body's end, which ends the parser's input.
+    chunks: Option<mpsc::UnboundedSender<Result<Bytes, std::io::Error>>>,
+    events: EventStream<Chunks>,
+    adapter: &'static dyn Adapter,
+    found: Option<Usage>,
+}
+
+impl Parser {
+    fn events(adapter: &'static dyn Adapter) -> Self {
+        let (chunks, receiver) = mpsc::unbounded_channel();
+        Parser::Events(Box::new(Events {
+            chunks: Some(chunks),
+            events: UnboundedReceiverStream::new(receiver).eventsource(),
+            adapter,
+            found: None,
+        }))
+    }
+}
+
+impl Events {
+    /// Takes every event the parser holds complete; the chunks were handed
+    /// to it already, so it never waits.
+    fn read_ready(&mut self) {
+        while let Some(Some(Ok(event))) = self.events.next().now_or_never() {
+            // Only the few events that carry usage are parsed.
+            if !event.data.contains("usage") {
+                continue;
+            }
+            let Ok(value) = serde_json::from_str(&event.data) else {
+                continue;
+            };
+            if let Some(usage) = self.adapter.stream_usage(&value) {
+                self.found = Some(self.found.map_or(usage, |earlier| earlier.merged(usage)));
+            }
         }
-        let Ok(value) = serde_json::from_str(&event.data) else {
-            continue;
+    }
+}
+
+impl Reader {
+    fn feed(&mut self, bytes: &Bytes) {
+        match &mut self.parser {
+            Parser::Json(body) => {
+                if let Some(buffer) = body {
+                    if buffer.len() + bytes.len() > MAX_JSON_BODY {
+                        *body = None;
+                    } else {
+                        buffer.extend_from_slice(bytes);
+                    }
+                }
+            }
+            Parser::Events(events) => {
+                if let Some(chunks) = &events.chunks {
+                    let _ = chunks.send(Ok(bytes.clone()));
+                }
+                events.read_ready();
+            }
+            Parser::Abandoned => {}
+        }
+    }
+
+    fn usage(&mut self) -> Option<Usage> {
+        let usage = match std::mem::replace(&mut self.parser, Parser::Abandoned) {
+            Parser::Json(body) => {
+                let value = serde_json::from_slice(&body?).ok()?;
+                let adapter = self.usage_tap.as_ref()?.adapter;
+                adapter.usage(&value)
+            }
+            Parser::Events(mut events) => {
+                events.chunks = None;
+                events.read_ready();
+                events.found
+            }
+            Parser::Abandoned => None,
         };
-        if let Some(usage) = adapter.stream_usage(&value) {
-            found = Some(found.map_or(usage, |earlier| earlier.merged(usage)));
-        }
+        usage.filter(|usage| usage.input_tokens > 0)
     }
-    found.filter(|usage| usage.input_tokens > 0)
 }
 
-async fn body_usage(
-    mut chunks: impl Stream<Item = Bytes> + Unpin,
-    adapter: &dyn Adapter,
-) -> Option<Usage> {
-    let mut body = Vec::new();
-    while let Some(chunk) = chunks.next().await {
-        if body.len() + chunk.len() > MAX_JSON_BODY {
-            return None;
+impl Drop for Reader {
+    fn drop(&mut self) {
+        let usage = self.usage();
+        if let (Some(usage), Some(tap)) = (&usage, self.usage_tap.take()) {
+            tap.sizes.learn_usage(
+                &tap.upstream,
+                &tap.model,
+                tap.sent_bytes,
+                usage.input_tokens,
+                tap.requested_output,
+            );
         }
-        body.extend_from_slice(&chunk);
+        self.read.resolve(usage);
     }
-    let value = serde_json::from_slice(&body).ok()?;
-    adapter.usage(&value).filter(|usage| usage.input_tokens > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    fn usage(input_tokens: u64) -> Usage {
+        Usage {
+            input_tokens,
+            output_tokens: 1,
+        }
+    }
+
+    fn recorder() -> (Arc<AtomicU64>, impl FnOnce(Option<Usage>) + Send + 'static) {
+        let seen = Arc::new(AtomicU64::new(0));
+        let into = seen.clone();
+        (seen, move |usage: Option<Usage>| {
+            into.store(usage.map_or(u64::MAX, |u| u.input_tokens), Ordering::SeqCst)
+        })
+    }
+
+    #[test]
+    fn usage_read_before_anyone_asks_is_handed_over_when_asked() {
+        let read = UsageRead::new();
+        read.resolve(Some(usage(42)));
+        let (seen, then) = recorder();
+        read.then(then);
+        assert_eq!(seen.load(Ordering::SeqCst), 42);
+    }
+
+    #[test]
+    fn usage_asked_for_before_it_is_read_is_handed_over_when_read() {
+        let read = UsageRead::new();
+        let (seen, then) = recorder();
+        read.clone().then(then);
+        assert_eq!(seen.load(Ordering::SeqCst), 0, "not read yet");
+        read.resolve(None);
+        assert_eq!(seen.load(Ordering::SeqCst), u64::MAX);
+    }
+
+    /// Reads an Anthropic stream fed in `chunks`.
+    fn read_events(chunks: &[&str]) -> Option<Usage> {
+        let read = UsageRead::new();
+        let mut reader = Reader {
+            parser: Parser::events(crate::protocol::Protocol::Anthropic.adapter()),
+            usage_tap: None,
+            read: read.clone(),
+        };
+        for chunk in chunks {
+            reader.feed(&Bytes::copy_from_slice(chunk.as_bytes()));
+        }
+        drop(reader);
+        let found = Arc::new(Mutex::new(None));
+        let into = found.clone();
+        read.then(move |usage| *into.lock().expect("unpoisoned") = usage);
+        let usage = *found.lock().expect("unpoisoned");
+        usage
+    }
+
+    #[test]
+    fn usage_split_across_chunks_and_events_is_read_whole() {
+        // Cut mid-event, as a network would.
+        let usage = read_events(&[
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_",
+            "tokens\":1200,\"output_tokens\":1}}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\"}\n",
+            "\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":35}}\n",
+            "\n",
+        ])
+        .expect("usage");
+        assert_eq!(usage.input_tokens, 1200);
+        assert_eq!(usage.output_tokens, 35);
+    }
+
+    #[test]
+    fn a_stream_without_usage_reads_as_none() {
+        assert!(read_events(&["data: {\"type\":\"ping\"}\n\n"]).is_none());
+    }
 }
