@@ -4,7 +4,7 @@
 //! commits early only once a compaction has run for one interval: fast
 //! compactions keep the upstream's real status and headers.
 
-use super::respond::Report;
+use super::work::{Finished, Work};
 use crate::protocol::Adapter;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
@@ -14,7 +14,6 @@ use http::{HeaderValue, StatusCode};
 use http_body_util::BodyExt;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 pub const KEEPALIVE_COMMENT: &[u8] = b": condenser is compacting the conversation\n\n";
@@ -22,7 +21,7 @@ pub const KEEPALIVE_COMMENT: &[u8] = b": condenser is compacting the conversatio
 /// Waits for `work`; if it starts compacting and runs one `interval` past
 /// that, answers with an event stream fed by keep-alives and then by it.
 pub async fn respond(
-    mut work: JoinHandle<(Response, Report)>,
+    mut work: Work,
     mut compacting: watch::Receiver<bool>,
     interval: Duration,
     adapter: &'static dyn Adapter,
@@ -48,24 +47,29 @@ pub async fn respond(
     }
 }
 
-fn finished_response(finished: Result<(Response, Report), tokio::task::JoinError>) -> Response {
+fn finished_response(finished: Finished) -> Response {
     match finished {
         Ok((mut response, report)) => {
             report.apply(response.headers_mut());
             response
         }
-        Err(error) => {
-            tracing::error!(error.message = %error, "request task failed");
+        Err(panic) => {
+            let message = panic_message(&*panic);
+            tracing::error!(error.message = message, "request failed");
             StatusCode::INTERNAL_SERVER_ERROR.into_response()
         }
     }
 }
 
-fn commit_early(
-    work: JoinHandle<(Response, Report)>,
-    interval: Duration,
-    adapter: &'static dyn Adapter,
-) -> Response {
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("panicked")
+}
+
+fn commit_early(work: Work, interval: Duration, adapter: &'static dyn Adapter) -> Response {
     let (sender, receiver) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     tokio::spawn(feed(work, sender, interval, adapter).in_current_span());
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(receiver));
@@ -87,7 +91,7 @@ fn commit_early(
 }
 
 async fn feed(
-    mut work: JoinHandle<(Response, Report)>,
+    mut work: Work,
     sender: mpsc::Sender<Result<Bytes, std::io::Error>>,
     interval: Duration,
     adapter: &'static dyn Adapter,
@@ -105,6 +109,7 @@ async fn feed(
         }
     };
     let Ok((response, report)) = finished else {
+        tracing::error!("request failed after keep-alives were sent");
         let error = serde_json::json!({"type": "error", "error": {"type": "api_error", "message": "condenser: request failed"}});
         let _ = sender
             .send(Ok(adapter.stream_error_event(&error).into()))

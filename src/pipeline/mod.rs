@@ -13,6 +13,7 @@ mod respond;
 pub mod rewrite;
 pub mod sizes;
 mod usage;
+mod work;
 
 use crate::http::passthrough::read_body;
 use crate::http::routes::Route;
@@ -82,17 +83,13 @@ pub async fn handle(state: &AppState, route: Route, request: Request) -> Respons
         persisted,
     );
     let (compacting_tx, compacting_rx) = tokio::sync::watch::channel(false);
-    // Spawned for plain and streaming requests alike: a client that hangs up
-    // mid-compaction must not cancel the summary its retry will reuse.
-    let work = state.background.spawn(
+    let work = work::Work::new(
         observed
             .after(exchange.run(Some(compacting_tx)))
             .in_current_span(),
+        compacting_rx.clone(),
+        state.background.clone(),
     );
-    let _client_gone = CancelUnlessCompacting {
-        work: work.abort_handle(),
-        compacting: compacting_rx.clone(),
-    };
     // Keep-alives are for event streams; a plain client just waits.
     let keepalive_interval = if stream {
         state.settings.compaction.keepalive_interval
@@ -100,22 +97,4 @@ pub async fn handle(state: &AppState, route: Route, request: Request) -> Respons
         std::time::Duration::ZERO
     };
     keepalive::respond(work, compacting_rx, keepalive_interval, adapter).await
-}
-
-/// Dropped with the handler when the client hangs up before its answer
-/// is ready. Until a compaction starts, the work only waits on the
-/// upstream for this client: it ends, and its upstream socket closes. A
-/// compaction is kept going (its summary serves the client's retry), and
-/// so is the retry after it, bounded by the upstream timeouts.
-struct CancelUnlessCompacting {
-    work: tokio::task::AbortHandle,
-    compacting: tokio::sync::watch::Receiver<bool>,
-}
-
-impl Drop for CancelUnlessCompacting {
-    fn drop(&mut self) {
-        if !*self.compacting.borrow() {
-            self.work.abort();
-        }
-    }
 }
