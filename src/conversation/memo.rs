@@ -15,10 +15,19 @@
 //! crafting one, which could at worst make its own messages take another
 //! of its own messages' links (the previous link, and so the tenant, is
 //! part of the key).
+//!
+//! Probing the memo once per message costs a cache miss each: for a
+//! 200-message history, more than the digests. So whole chains are kept
+//! too, under a running digest of the root's and the messages' digests: a
+//! history re-sent, or grown by a turn, finds all it shares with an
+//! earlier request in one probe, and only its new messages are linked one
+//! by one.
 
 use super::{ChainHash, TenantId};
 use quick_cache::sync::Cache;
+use quick_cache::Weighter;
 use serde_json::Value;
+use std::sync::Arc;
 use xxhash_rust::xxh3::Xxh3;
 
 /// How many links the memo keeps by default: a 200-message history of
@@ -30,11 +39,31 @@ use xxhash_rust::xxh3::Xxh3;
 /// (counted with a counting allocator, 3 × capacity distinct inserts).
 pub const DEFAULT_CAPACITY: usize = 65_536;
 
+/// Bytes of whole chains kept by default (32 a link): the last request of
+/// about 2,500 conversations of 200 messages.
+pub const DEFAULT_CHAIN_BYTES: u64 = 16 * 1024 * 1024;
+
+/// How many messages short of its end a history is looked for among the
+/// chains kept: an agent's turn adds a reply and a user message, a round
+/// of tool calls a few more.
+const CHAIN_PROBES: usize = 8;
+
 /// Remembered chain links, shared by every request of the process.
 pub struct ChainMemo {
     links: Cache<Key, ChainHash>,
+    /// Whole chains, by the running digest of what they link.
+    chains: Cache<[u8; 16], Arc<[ChainHash]>, ChainBytes>,
     /// A hasher holding the per-process secret, cloned for every digest.
     hasher: Xxh3,
+}
+
+#[derive(Clone)]
+struct ChainBytes;
+
+impl Weighter<[u8; 16], Arc<[ChainHash]>> for ChainBytes {
+    fn weight(&self, _key: &[u8; 16], chain: &Arc<[ChainHash]>) -> u64 {
+        (std::mem::size_of_val::<[ChainHash]>(chain) + 64) as u64
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -47,12 +76,94 @@ struct Key {
 impl ChainMemo {
     /// A memo of at most `capacity` links.
     pub fn new(capacity: usize) -> Self {
+        Self::with_capacities(capacity, DEFAULT_CHAIN_BYTES)
+    }
+
+    /// A memo of at most `links` links and `chain_bytes` of whole chains.
+    pub fn with_capacities(links: usize, chain_bytes: u64) -> Self {
         let mut secret = [0u8; 192];
         getrandom::fill(&mut secret).expect("the operating system's random source is available");
+        // Estimated items only size the table up front; weight bounds it.
+        let chains = (chain_bytes / 4096).max(16) as usize;
         Self {
-            links: Cache::new(capacity.max(1)),
+            links: Cache::new(links.max(1)),
+            chains: Cache::with_weighter(chains, chain_bytes.max(1), ChainBytes),
             hasher: Xxh3::with_secret(secret),
         }
+    }
+
+    /// The chain of `system` and `messages` for `tenant`, the same as
+    /// linking them one by one: its root from `root`, each link after the
+    /// first from `link(previous, message)`, each taken from the memo when
+    /// it is there. What an earlier chain shares with it is found in one
+    /// probe, if it ends at most [`CHAIN_PROBES`] messages short of it.
+    pub fn chain(
+        &self,
+        scheme: &str,
+        tenant: &TenantId,
+        system: &Value,
+        messages: &[Value],
+        root: impl FnOnce() -> ChainHash,
+        link: impl Fn(ChainHash, &Value) -> ChainHash,
+    ) -> Vec<ChainHash> {
+        let root_digest = self.digest(&["root", scheme, tenant.as_str()], system);
+        let digests: Vec<[u8; 16]> = messages
+            .iter()
+            .map(|message| self.digest(&["next", scheme], message))
+            .collect();
+        let ends = self.chain_digests(&root_digest, &digests);
+        let mut chain = Vec::with_capacity(messages.len() + 1);
+        match self.longest_kept(&ends) {
+            Some(kept) => chain.extend_from_slice(&kept),
+            None => chain.push(self.remembered(
+                Key {
+                    previous: None,
+                    digest: root_digest,
+                },
+                root,
+            )),
+        }
+        let kept = chain.len();
+        for (message, digest) in messages.iter().zip(&digests).skip(kept - 1) {
+            let previous = chain[chain.len() - 1];
+            let key = Key {
+                previous: Some(previous),
+                digest: *digest,
+            };
+            chain.push(self.remembered(key, || link(previous, message)));
+        }
+        if kept < chain.len() {
+            self.chains.insert(ends[0].1, Arc::from(chain.as_slice()));
+        }
+        chain
+    }
+
+    /// `(n, digest)` naming the chain of the root and the first `n`
+    /// messages, for the last [`CHAIN_PROBES`] + 1 values of `n`, longest
+    /// first. Each digest covers the root's and every message's digest
+    /// before it, fixed-size, in order.
+    fn chain_digests(&self, root: &[u8; 16], messages: &[[u8; 16]]) -> Vec<(usize, [u8; 16])> {
+        let mut hasher = self.hasher.clone();
+        feed_str(&mut hasher, "chain");
+        hasher.update(root);
+        let shortest = messages.len().saturating_sub(CHAIN_PROBES);
+        let mut ends = Vec::with_capacity(CHAIN_PROBES + 1);
+        for (n, digest) in std::iter::once(&[0u8; 16]).chain(messages).enumerate() {
+            if n > 0 {
+                hasher.update(digest);
+            }
+            if n >= shortest {
+                ends.push((n, hasher.digest128().to_le_bytes()));
+            }
+        }
+        ends.reverse();
+        ends
+    }
+
+    /// The longest kept chain among `ends`.
+    fn longest_kept(&self, ends: &[(usize, [u8; 16])]) -> Option<Arc<[ChainHash]>> {
+        ends.iter()
+            .find_map(|(n, digest)| self.chains.get(digest).filter(|chain| chain.len() == n + 1))
     }
 
     /// `h_0` of `system` for `tenant`: remembered, or `compute`d and then
@@ -182,6 +293,7 @@ fn feed_len(hasher: &mut Xxh3, tag: u8, len: usize) {
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn link(text: &[u8]) -> ChainHash {
         let tenant = TenantId::from_credential(b"", Some(b"k"));
@@ -302,5 +414,78 @@ mod tests {
             memo.next("s", previous, &json!(i), || previous);
         }
         assert!(memo.len() <= 1000, "{} links kept", memo.len());
+    }
+
+    fn history(messages: usize) -> Vec<Value> {
+        (0..messages)
+            .map(|i| {
+                let role = ["user", "assistant"][i % 2];
+                json!({"role": role, "content": format!("turn {i}")})
+            })
+            .collect()
+    }
+
+    /// `memo.chain` of `messages`, counting the links it computes.
+    fn chain_counting(
+        memo: &ChainMemo,
+        messages: &[Value],
+        computed: &AtomicUsize,
+    ) -> Vec<ChainHash> {
+        let tenant = TenantId::from_credential(b"", Some(b"k"));
+        memo.chain(
+            "s",
+            &tenant,
+            &json!("be brief"),
+            messages,
+            || {
+                computed.fetch_add(1, Ordering::SeqCst);
+                ChainHash::root(&tenant, b"be brief")
+            },
+            |previous, message| {
+                computed.fetch_add(1, Ordering::SeqCst);
+                previous.next(message.to_string().as_bytes())
+            },
+        )
+    }
+
+    #[test]
+    fn a_history_grown_by_a_turn_links_only_its_new_messages() {
+        // One link remembered: only the kept chains can spare computing.
+        let memo = ChainMemo::with_capacities(1, DEFAULT_CHAIN_BYTES);
+        let computed = AtomicUsize::new(0);
+        let first = chain_counting(&memo, &history(6), &computed);
+        assert_eq!(computed.swap(0, Ordering::SeqCst), 7);
+        let grown = chain_counting(&memo, &history(8), &computed);
+        assert_eq!(
+            computed.swap(0, Ordering::SeqCst),
+            2,
+            "the two new messages"
+        );
+        assert_eq!(grown[..7], first[..]);
+        let again = chain_counting(&memo, &history(8), &computed);
+        assert_eq!(computed.load(Ordering::SeqCst), 0);
+        assert_eq!(again, grown);
+        let unmemoized = ChainMemo::with_capacities(1, 1);
+        let computed = AtomicUsize::new(0);
+        assert_eq!(chain_counting(&unmemoized, &history(8), &computed), grown);
+        assert_eq!(computed.load(Ordering::SeqCst), 9, "nothing kept");
+    }
+
+    #[test]
+    fn a_history_that_branches_off_a_kept_one_is_linked_from_the_branch() {
+        let memo = ChainMemo::with_capacities(1, DEFAULT_CHAIN_BYTES);
+        let computed = AtomicUsize::new(0);
+        let kept = chain_counting(&memo, &history(6), &computed);
+        let mut branch = history(8);
+        branch[6] = json!({"role": "user", "content": "another question"});
+        let branched = chain_counting(&memo, &branch, &computed);
+        assert_eq!(branched[..7], kept[..]);
+        assert_ne!(branched, chain_counting(&memo, &history(8), &computed));
+        // A message edited before the kept chain's end shares only the root.
+        let mut edited = history(8);
+        edited[2] = json!({"role": "user", "content": "edited"});
+        let edited = chain_counting(&memo, &edited, &computed);
+        assert_eq!(edited[..3], kept[..3]);
+        assert_ne!(edited[3], kept[3]);
     }
 }

@@ -53,27 +53,21 @@ fn chain(adapter: &dyn Adapter, tenant: &TenantId, request: &ChatRequest) -> Vec
     chain
 }
 
-/// [`chain`], each link taken from `memo` when it is there.
+/// [`chain`], from `memo` as far as it knows it.
 fn memoized_chain(
     adapter: &dyn Adapter,
     tenant: &TenantId,
     request: &ChatRequest,
     memo: &ChainMemo,
 ) -> Vec<ChainHash> {
-    let scheme = adapter.canonical_scheme();
-    let mut chain = Vec::with_capacity(request.messages.len() + 1);
-    let mut link = memo.root(scheme, tenant, &request.system, || {
-        ChainHash::root(tenant, &adapter.canonical(&request.system))
-    });
-    chain.push(link);
-    for message in &request.messages {
-        let previous = link;
-        link = memo.next(scheme, previous, message, || {
-            previous.next(&adapter.canonical(message))
-        });
-        chain.push(link);
-    }
-    chain
+    memo.chain(
+        adapter.canonical_scheme(),
+        tenant,
+        &request.system,
+        &request.messages,
+        || ChainHash::root(tenant, &adapter.canonical(&request.system)),
+        |previous, message| previous.next(&adapter.canonical(message)),
+    )
 }
 
 /// The caller's credential as sent; hashed at once, never kept.
