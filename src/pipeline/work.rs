@@ -87,48 +87,53 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
-    /// A work that finishes when `go` is sent, marking `finished`.
-    fn work_until(
-        go: tokio::sync::oneshot::Receiver<()>,
+    /// A work, polled once, that waits for `go` and then marks `finished`.
+    struct Waiting {
+        go: tokio::sync::oneshot::Sender<()>,
         finished: Arc<AtomicBool>,
-        compacting: bool,
-        background: &TaskTracker,
-    ) -> Work {
+        background: TaskTracker,
+    }
+
+    /// Starts a work, then drops it as a handler does when its client
+    /// hangs up.
+    fn dropped_while_waiting(compacting: bool) -> Waiting {
+        let (go, wait) = tokio::sync::oneshot::channel();
+        let (finished, background) = (Arc::new(AtomicBool::new(false)), TaskTracker::new());
         let (_, compacting) = watch::channel(compacting);
-        Work::new(
+        let marks = finished.clone();
+        let mut work = Work::new(
             async move {
-                let _ = go.await;
-                finished.store(true, Ordering::SeqCst);
+                let _ = wait.await;
+                marks.store(true, Ordering::SeqCst);
                 (Response::default(), Report::default())
             },
             compacting,
             background.clone(),
-        )
+        );
+        assert!((&mut work).now_or_never().is_none());
+        drop(work);
+        Waiting {
+            go,
+            finished,
+            background,
+        }
     }
 
     #[tokio::test]
     async fn a_work_dropped_mid_compaction_finishes_in_the_background() {
-        let (background, finished) = (TaskTracker::new(), Arc::new(AtomicBool::new(false)));
-        let (go, wait) = tokio::sync::oneshot::channel();
-        let mut work = work_until(wait, finished.clone(), true, &background);
-        assert!((&mut work).now_or_never().is_none());
-        drop(work);
-        go.send(()).expect("the work waits");
-        background.close();
-        background.wait().await;
-        assert!(finished.load(Ordering::SeqCst));
+        let waiting = dropped_while_waiting(true);
+        waiting.go.send(()).expect("the work waits");
+        waiting.background.close();
+        waiting.background.wait().await;
+        assert!(waiting.finished.load(Ordering::SeqCst));
     }
 
     #[tokio::test]
     async fn a_work_dropped_before_compacting_ends_with_its_client() {
-        let (background, finished) = (TaskTracker::new(), Arc::new(AtomicBool::new(false)));
-        let (go, wait) = tokio::sync::oneshot::channel();
-        let mut work = work_until(wait, finished.clone(), false, &background);
-        assert!((&mut work).now_or_never().is_none());
-        drop(work);
-        assert!(go.send(()).is_err(), "the work still waits");
-        assert!(background.is_empty());
-        assert!(!finished.load(Ordering::SeqCst));
+        let waiting = dropped_while_waiting(false);
+        assert!(waiting.go.send(()).is_err(), "the work still waits");
+        assert!(waiting.background.is_empty());
+        assert!(!waiting.finished.load(Ordering::SeqCst));
     }
 
     #[tokio::test]
