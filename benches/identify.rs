@@ -1,5 +1,6 @@
 //! What identifying a conversation costs on the 200-message, ~750 KB
-//! history that `bench/make_bodies.py` writes: as today (every message
+//! history that `bench/make_bodies.py` writes, from the body's bytes (its
+//! outline included): without the memo (every message parsed,
 //! canonicalized and hashed), on first sight with the memo, and re-sent
 //! with the memo; beside it, the other walks of the whole history a
 //! request may pay on its way upstream. `cargo bench --bench identify`;
@@ -9,6 +10,7 @@
 //! shared 2-core machine other processes stretch wall time by up to 2×,
 //! and what a request costs the proxy is its CPU time anyway.
 
+use bytes::Bytes;
 use condenser::conversation::{memo::DEFAULT_CAPACITY, ChainMemo};
 use condenser::pipeline::identify;
 use condenser::protocol::{Adapter, ChatRequest, Protocol};
@@ -84,35 +86,47 @@ fn headers() -> HeaderMap {
     headers
 }
 
+/// Outlines `body` and identifies its conversation, as a request does.
 fn identify(
     adapter: &dyn Adapter,
     headers: &HeaderMap,
-    request: &ChatRequest,
+    body: &Bytes,
     memo: Option<&ChainMemo>,
 ) -> usize {
-    identify::conversation(adapter, b"salt", headers, request, memo)
+    let outline = adapter.outline(body.clone()).expect("outlines");
+    identify::conversation(adapter, b"salt", headers, outline, memo)
+        .expect("parses")
+        .1
         .chain
         .len()
 }
 
+/// `request` as a client serializes it (compact, as SDKs do), with only
+/// its first `messages` messages.
+fn serialized(adapter: &dyn Adapter, request: &ChatRequest, messages: usize) -> Bytes {
+    let request = request.truncated(messages);
+    let messages: Vec<&serde_json::Value> = request.messages().iter().collect();
+    Bytes::from(adapter.build(&request, &messages))
+}
+
 fn bench_identify(c: &mut Criterion<ThreadCpuTime>) {
-    let body = history_body();
     let adapter = Protocol::Openai.adapter();
-    let request = adapter.parse(&body).expect("the history parses");
+    let request = adapter.parse(&history_body()).expect("the history parses");
+    let count = request.message_count();
+    let body = serialized(adapter, &request, count);
     let headers = headers();
     // The turn before: the same history less its last round.
-    let mut earlier = request.clone();
-    earlier.messages.truncate(request.messages.len() - 4);
+    let earlier = serialized(adapter, &request, count - 4);
 
     let mut group = c.benchmark_group("identify_history");
     group.bench_function("today_no_memo", |b| {
-        b.iter(|| identify(adapter, &headers, black_box(&request), None))
+        b.iter(|| identify(adapter, &headers, black_box(&body), None))
     });
     group.bench_function("memo_first_sight", |b| {
         b.iter_batched(
             || ChainMemo::new(DEFAULT_CAPACITY),
             |memo| {
-                identify(adapter, &headers, black_box(&request), Some(&memo));
+                identify(adapter, &headers, black_box(&body), Some(&memo));
                 memo
             },
             BatchSize::SmallInput,
@@ -126,11 +140,11 @@ fn bench_identify(c: &mut Criterion<ThreadCpuTime>) {
         headers.insert("authorization", key.parse().expect("header value"));
         headers
     };
-    for other in 0..DEFAULT_CAPACITY / request.messages.len() + 100 {
+    for other in 0..DEFAULT_CAPACITY / count + 100 {
         identify(
             adapter,
             &caller(format!("other-{other}")),
-            &request,
+            &body,
             Some(&full),
         );
     }
@@ -141,14 +155,14 @@ fn bench_identify(c: &mut Criterion<ThreadCpuTime>) {
                 new_caller += 1;
                 caller(format!("new-{new_caller}"))
             },
-            |headers| identify(adapter, &headers, black_box(&request), Some(&full)),
+            |headers| identify(adapter, &headers, black_box(&body), Some(&full)),
             BatchSize::SmallInput,
         )
     });
     let warm = ChainMemo::new(DEFAULT_CAPACITY);
-    identify(adapter, &headers, &request, Some(&warm));
+    identify(adapter, &headers, &body, Some(&warm));
     group.bench_function("memo_resent", |b| {
-        b.iter(|| identify(adapter, &headers, black_box(&request), Some(&warm)))
+        b.iter(|| identify(adapter, &headers, black_box(&body), Some(&warm)))
     });
     group.bench_function("memo_next_turn_4_new", |b| {
         b.iter_batched(
@@ -158,7 +172,7 @@ fn bench_identify(c: &mut Criterion<ThreadCpuTime>) {
                 memo
             },
             |memo| {
-                identify(adapter, &headers, black_box(&request), Some(&memo));
+                identify(adapter, &headers, black_box(&body), Some(&memo));
                 memo
             },
             BatchSize::SmallInput,
@@ -168,16 +182,23 @@ fn bench_identify(c: &mut Criterion<ThreadCpuTime>) {
 
     let mut group = c.benchmark_group("request_path_history");
     group.bench_function("parse", |b| {
-        b.iter(|| adapter.parse(black_box(&body)).map(|r| r.messages.len()))
+        b.iter(|| adapter.parse(black_box(&body)).map(|r| r.messages().len()))
+    });
+    group.bench_function("outline", |b| {
+        b.iter(|| {
+            adapter
+                .outline(black_box(body.clone()))
+                .map(|r| r.message_count())
+        })
     });
     group.bench_function("build", |b| {
-        let messages: Vec<&serde_json::Value> = request.messages.iter().collect();
+        let messages: Vec<&serde_json::Value> = request.messages().iter().collect();
         b.iter(|| adapter.build(black_box(&request), &messages).len())
     });
     group.bench_function("serialize_each_message", |b| {
         b.iter(|| {
             black_box(&request)
-                .messages
+                .messages()
                 .iter()
                 .map(|m| m.to_string().len())
                 .sum::<usize>()

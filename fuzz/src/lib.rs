@@ -1,28 +1,34 @@
 //! What each fuzz target checks, beyond "no panic": the properties the
 //! proxy relies on when it reads a client's body or an upstream's answer.
 
+use bytes::Bytes;
 use condenser::compaction::plan::{plan, safe_cuts, Item};
-use condenser::protocol::Adapter;
+use condenser::conversation::ChainMemo;
+use condenser::pipeline::identify;
+use condenser::protocol::{Adapter, ChatRequest};
+use http::HeaderMap;
 use serde_json::Value;
 
 /// Parse, canonicalize and plan, as the pipeline does with a chat body.
 pub fn chat_request(adapter: &dyn Adapter, data: &[u8]) {
-    let Some(chat) = adapter.parse(data) else {
+    let parsed = adapter.parse(data);
+    check_outline(adapter, data, parsed.as_ref());
+    let Some(chat) = parsed else {
         return;
     };
     // `build` is how a rewritten request goes upstream: with the messages
     // unchanged it must give back the request Condenser parsed.
-    let rebuilt = adapter.build(&chat, &chat.messages.iter().collect::<Vec<_>>());
+    let rebuilt = adapter.build(&chat, &chat.messages().iter().collect::<Vec<_>>());
     let again = adapter
         .parse(&rebuilt)
         .expect("a rebuilt request parses again");
-    assert_eq!(again.messages, chat.messages);
-    assert_eq!(again.system, chat.system);
+    assert_eq!(again.messages(), chat.messages());
+    assert_eq!(again.system(), chat.system());
     assert_eq!((&again.model, again.stream), (&chat.model, chat.stream));
     let _ = adapter.max_output_tokens(&chat);
 
     let items: Vec<Item> = chat
-        .messages
+        .messages()
         .iter()
         .map(|message| {
             let canonical = adapter.canonical(message);
@@ -39,6 +45,39 @@ pub fn chat_request(adapter: &dyn Adapter, data: &[u8]) {
         })
         .collect();
     check_plan(&items, data);
+}
+
+/// The proxy identifies a body from its outline, parsing only what its
+/// memo has not seen: that must give the request and chain a whole parse
+/// gives, the first time and when the body is sent again, and a request
+/// whose every part then parses.
+fn check_outline(adapter: &dyn Adapter, data: &[u8], parsed: Option<&ChatRequest>) {
+    let memo = ChainMemo::new(1000);
+    let headers = HeaderMap::new();
+    let identify = |memo: Option<&ChainMemo>| {
+        let outline = adapter.outline(Bytes::copy_from_slice(data))?;
+        identify::conversation(adapter, b"", &headers, outline, memo)
+    };
+    let whole = identify(None);
+    for _ in 0..2 {
+        match (parsed, identify(Some(&memo)), &whole) {
+            (Some(parsed), Some((lazy, conversation)), Some((_, plain))) => {
+                assert_eq!(lazy.messages(), parsed.messages());
+                assert_eq!(lazy.system(), parsed.system());
+                assert_eq!(lazy.body, parsed.body);
+                assert_eq!((&lazy.model, lazy.stream), (&parsed.model, parsed.stream));
+                assert_eq!(conversation.chain, plain.chain);
+            }
+            (Some(_), _, _) => panic!("a body that parses whole is identified"),
+            // Parts nested deeper than serde_json parses in a whole body
+            // can parse one by one: such a request must then parse whole.
+            (None, Some((lazy, _)), _) => {
+                assert_eq!(lazy.messages().len(), lazy.message_count());
+                let _ = lazy.system();
+            }
+            (None, None, _) => {}
+        }
+    }
 }
 
 fn check_plan(items: &[Item], data: &[u8]) {

@@ -90,7 +90,7 @@ pub fn prepare(
             window: layout.window,
         });
     }
-    let fresh = &job.request.messages[layout.compacted..plan.cut];
+    let fresh = &job.request.messages()[layout.compacted..plan.cut];
     let transcript = summarizer.transcript(fresh);
     summarizer.check(job.current.map(|c| c.summary.as_str()), &transcript)?;
     Ok(Planned {
@@ -294,7 +294,7 @@ fn log_compaction(job: &Job<'_>, compaction: &Compaction, summary_calls: usize) 
         overflow.signature = %job.signal.signature,
         overflow.cause = ?job.signal.cause,
         messages_compacted = compaction.messages_compacted,
-        messages_kept = job.request.messages.len() as i64 - compaction.prefix_len,
+        messages_kept = job.request.messages().len() as i64 - compaction.prefix_len,
         tokens_before = compaction.tokens_before,
         tokens_after = compaction.tokens_after,
         summary_tokens = compaction.summary_tokens,

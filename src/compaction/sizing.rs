@@ -110,7 +110,7 @@ impl Sizing {
         let compacted = job
             .current
             .map_or(0, |c| c.prefix_len as usize)
-            .min(job.request.messages.len());
+            .min(job.request.messages().len());
         let items = items(job, &calibration);
         let in_view: u64 = items[compacted..].iter().map(|item| item.tokens).sum();
         let old_summary = job.current.map_or(0, |c| {
@@ -148,7 +148,7 @@ impl Sizing {
 fn items(job: &Job<'_>, calibration: &Calibration) -> Vec<Item> {
     let replaced = current_trims(job);
     job.request
-        .messages
+        .messages()
         .iter()
         .enumerate()
         .map(|(index, message)| {

@@ -28,7 +28,7 @@ pub fn trims_for(job: &Job<'_>, plan: &Plan, layout: &Layout) -> Vec<TrimRecord>
         let keep_bytes = layout.calibration.bytes(keep_tokens);
         let Some(trimmed) = job
             .adapter
-            .trim_tool_result(&job.request.messages[index], keep_bytes)
+            .trim_tool_result(&job.request.messages()[index], keep_bytes)
         else {
             continue;
         };

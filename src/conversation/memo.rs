@@ -24,6 +24,7 @@
 //! by one.
 
 use super::{ChainHash, TenantId};
+use crate::protocol::Piece;
 use quick_cache::sync::Cache;
 use quick_cache::Weighter;
 use serde_json::Value;
@@ -93,23 +94,25 @@ impl ChainMemo {
     }
 
     /// The chain of `system` and `messages` for `tenant`, the same as
-    /// linking them one by one: its root from `root`, each link after the
-    /// first from `link(previous, message)`, each taken from the memo when
-    /// it is there. What an earlier chain shares with it is found in one
-    /// probe, if it ends at most [`CHAIN_PROBES`] messages short of it.
+    /// linking them one by one: its root from `root`, the link after
+    /// `previous` for message `i` from `link(previous, i)`, each taken from
+    /// the memo when it is there. What an earlier chain shares with it is
+    /// found in one probe, if it ends at most [`CHAIN_PROBES`] messages
+    /// short of it. `None` when `root` or `link` is: a part that does not
+    /// parse has no link, and the chain is not kept.
     pub fn chain(
         &self,
         scheme: &str,
         tenant: &TenantId,
-        system: &Value,
-        messages: &[Value],
-        root: impl FnOnce() -> ChainHash,
-        link: impl Fn(ChainHash, &Value) -> ChainHash,
-    ) -> Vec<ChainHash> {
+        system: &[Piece<'_>],
+        messages: &[Piece<'_>],
+        root: impl FnOnce() -> Option<ChainHash>,
+        mut link: impl FnMut(ChainHash, usize) -> Option<ChainHash>,
+    ) -> Option<Vec<ChainHash>> {
         let root_digest = self.digest(&["root", scheme, tenant.as_str()], system);
         let digests: Vec<[u8; 16]> = messages
             .iter()
-            .map(|message| self.digest(&["next", scheme], message))
+            .map(|message| self.digest(&["next", scheme], std::slice::from_ref(message)))
             .collect();
         let ends = self.chain_digests(&root_digest, &digests);
         let mut chain = Vec::with_capacity(messages.len() + 1);
@@ -121,21 +124,21 @@ impl ChainMemo {
                     digest: root_digest,
                 },
                 root,
-            )),
+            )?),
         }
         let kept = chain.len();
-        for (message, digest) in messages.iter().zip(&digests).skip(kept - 1) {
+        for (index, digest) in digests.iter().enumerate().skip(kept - 1) {
             let previous = chain[chain.len() - 1];
             let key = Key {
                 previous: Some(previous),
                 digest: *digest,
             };
-            chain.push(self.remembered(key, || link(previous, message)));
+            chain.push(self.remembered(key, || link(previous, index))?);
         }
         if kept < chain.len() {
             self.chains.insert(ends[0].1, Arc::from(chain.as_slice()));
         }
-        chain
+        Some(chain)
     }
 
     /// `(n, digest)` naming the chain of the root and the first `n`
@@ -166,55 +169,41 @@ impl ChainMemo {
             .find_map(|(n, digest)| self.chains.get(digest).filter(|chain| chain.len() == n + 1))
     }
 
-    /// `h_0` of `system` for `tenant`: remembered, or `compute`d and then
-    /// remembered. `scheme` names the canonical form `compute` hashes
-    /// ([`crate::protocol::Adapter::canonical_scheme`]).
-    pub fn root(
-        &self,
-        scheme: &str,
-        tenant: &TenantId,
-        system: &Value,
-        compute: impl FnOnce() -> ChainHash,
-    ) -> ChainHash {
-        let key = Key {
-            previous: None,
-            digest: self.digest(&["root", scheme, tenant.as_str()], system),
-        };
-        self.remembered(key, compute)
-    }
-
-    /// The link after `previous` for `message`: remembered, or `compute`d
-    /// and then remembered.
-    pub fn next(
-        &self,
-        scheme: &str,
-        previous: ChainHash,
-        message: &Value,
-        compute: impl FnOnce() -> ChainHash,
-    ) -> ChainHash {
-        let key = Key {
-            previous: Some(previous),
-            digest: self.digest(&["next", scheme], message),
-        };
-        self.remembered(key, compute)
-    }
-
-    fn digest(&self, context: &[&str], value: &Value) -> [u8; 16] {
+    /// The digest of `pieces` under `context`. A piece of the client's
+    /// text and a parsed value are tagged apart: the same message may
+    /// digest both ways, to different keys, never one for another's.
+    fn digest(&self, context: &[&str], pieces: &[Piece<'_>]) -> [u8; 16] {
         let mut hasher = self.hasher.clone();
         for part in context {
             feed_str(&mut hasher, part);
         }
-        feed(&mut hasher, value);
+        feed_len(&mut hasher, b'c', pieces.len());
+        for piece in pieces {
+            match piece {
+                Piece::Text(text) => {
+                    feed_len(&mut hasher, b'T', text.len());
+                    hasher.update(text);
+                }
+                Piece::Parsed(value) => {
+                    hasher.update(b"V");
+                    feed(&mut hasher, value);
+                }
+            }
+        }
         hasher.digest128().to_le_bytes()
     }
 
-    fn remembered(&self, key: Key, compute: impl FnOnce() -> ChainHash) -> ChainHash {
+    fn remembered(
+        &self,
+        key: Key,
+        compute: impl FnOnce() -> Option<ChainHash>,
+    ) -> Option<ChainHash> {
         if let Some(link) = self.links.get(&key) {
-            return link;
+            return Some(link);
         }
-        let link = compute();
+        let link = compute()?;
         self.links.insert(key, link);
-        link
+        Some(link)
     }
 
     /// How many links are remembered.
@@ -298,6 +287,41 @@ mod tests {
     fn link(text: &[u8]) -> ChainHash {
         let tenant = TenantId::from_credential(b"", Some(b"k"));
         ChainHash::root(&tenant, text)
+    }
+
+    /// One link or root at a time, as `chain` takes them.
+    impl ChainMemo {
+        fn next(
+            &self,
+            scheme: &str,
+            previous: ChainHash,
+            message: &Value,
+            compute: impl FnOnce() -> ChainHash,
+        ) -> ChainHash {
+            let key = Key {
+                previous: Some(previous),
+                digest: self.digest_of(&["next", scheme], message),
+            };
+            self.remembered(key, || Some(compute())).expect("computed")
+        }
+
+        fn root(
+            &self,
+            scheme: &str,
+            tenant: &TenantId,
+            system: &Value,
+            compute: impl FnOnce() -> ChainHash,
+        ) -> ChainHash {
+            let key = Key {
+                previous: None,
+                digest: self.digest_of(&["root", scheme, tenant.as_str()], system),
+            };
+            self.remembered(key, || Some(compute())).expect("computed")
+        }
+
+        fn digest_of(&self, context: &[&str], value: &Value) -> [u8; 16] {
+            self.digest(context, &[Piece::Parsed(value)])
+        }
     }
 
     #[test]
@@ -384,25 +408,47 @@ mod tests {
         ];
         let digests: std::collections::HashSet<[u8; 16]> = values
             .iter()
-            .map(|value| memo.digest(&["next", "s"], value))
+            .map(|value| memo.digest_of(&["next", "s"], value))
             .collect();
         assert_eq!(digests.len(), values.len());
         assert_ne!(
-            memo.digest(&["next", "s"], &json!(1)),
-            memo.digest(&["next", "t"], &json!(1))
+            memo.digest_of(&["next", "s"], &json!(1)),
+            memo.digest_of(&["next", "t"], &json!(1))
         );
         assert_eq!(
-            memo.digest(&["next", "s"], &json!({"a": [1, "x"]})),
-            memo.digest(&["next", "s"], &json!({"a": [1, "x"]}))
+            memo.digest_of(&["next", "s"], &json!({"a": [1, "x"]})),
+            memo.digest_of(&["next", "s"], &json!({"a": [1, "x"]}))
         );
+    }
+
+    /// Text is digested as bytes, apart from any value, and the pieces of
+    /// a system part cannot run together.
+    #[test]
+    fn text_pieces_have_their_own_digests() {
+        let memo = ChainMemo::new(1);
+        let digest = |pieces: &[Piece<'_>]| memo.digest(&["root", "s"], pieces);
+        let one = json!("1");
+        let digests: std::collections::HashSet<[u8; 16]> = [
+            digest(&[Piece::Text(b"\"1\"")]),
+            digest(&[Piece::Parsed(&one)]),
+            digest(&[Piece::Text(b"ab")]),
+            digest(&[Piece::Text(b"a"), Piece::Text(b"b")]),
+            digest(&[Piece::Text(b"ab"), Piece::Text(b"")]),
+            digest(&[]),
+            digest(&[Piece::Text(b"")]),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(digests.len(), 7);
+        assert_eq!(digest(&[Piece::Text(b"ab")]), digest(&[Piece::Text(b"ab")]));
     }
 
     #[test]
     fn each_process_has_its_own_secret() {
         let value = json!({"role": "user", "content": "hi"});
         assert_ne!(
-            ChainMemo::new(1).digest(&["next", "s"], &value),
-            ChainMemo::new(1).digest(&["next", "s"], &value)
+            ChainMemo::new(1).digest_of(&["next", "s"], &value),
+            ChainMemo::new(1).digest_of(&["next", "s"], &value)
         );
     }
 
@@ -432,20 +478,22 @@ mod tests {
         computed: &AtomicUsize,
     ) -> Vec<ChainHash> {
         let tenant = TenantId::from_credential(b"", Some(b"k"));
+        let pieces: Vec<Piece<'_>> = messages.iter().map(Piece::Parsed).collect();
         memo.chain(
             "s",
             &tenant,
-            &json!("be brief"),
-            messages,
+            &[Piece::Parsed(&json!("be brief"))],
+            &pieces,
             || {
                 computed.fetch_add(1, Ordering::SeqCst);
-                ChainHash::root(&tenant, b"be brief")
+                Some(ChainHash::root(&tenant, b"be brief"))
             },
-            |previous, message| {
+            |previous, index| {
                 computed.fetch_add(1, Ordering::SeqCst);
-                previous.next(message.to_string().as_bytes())
+                Some(previous.next(messages[index].to_string().as_bytes()))
             },
         )
+        .expect("every link computed")
     }
 
     #[test]
@@ -487,5 +535,39 @@ mod tests {
         let edited = chain_counting(&memo, &edited, &computed);
         assert_eq!(edited[..3], kept[..3]);
         assert_ne!(edited[3], kept[3]);
+    }
+
+    /// A message that cannot be linked (its text does not parse) fails
+    /// the chain, and a later request with it is linked anew, not taken
+    /// from a chain kept half-way.
+    #[test]
+    fn a_chain_with_a_message_that_cannot_be_linked_is_none_and_not_kept() {
+        let memo = ChainMemo::default();
+        let tenant = TenantId::from_credential(b"", Some(b"k"));
+        let texts: [&[u8]; 3] = [b"{\"a\":1}", b"{\"a\":\"\\ud800\"}", b"{\"a\":2}"];
+        let pieces: Vec<Piece<'_>> = texts.iter().map(|text| Piece::Text(text)).collect();
+        let linked = AtomicUsize::new(0);
+        let chain = || {
+            memo.chain(
+                "s",
+                &tenant,
+                &[],
+                &pieces,
+                || Some(ChainHash::root(&tenant, b"")),
+                |previous, index| {
+                    linked.fetch_add(1, Ordering::SeqCst);
+                    let value: Value = serde_json::from_slice(texts[index]).ok()?;
+                    Some(previous.next(value.to_string().as_bytes()))
+                },
+            )
+        };
+        assert_eq!(chain(), None);
+        assert_eq!(linked.swap(0, Ordering::SeqCst), 2);
+        assert_eq!(chain(), None);
+        assert_eq!(
+            linked.load(Ordering::SeqCst),
+            1,
+            "the first link is remembered, the failing one is tried again"
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! Who is calling and which conversation this is (DESIGN.md step 2).
 
 use crate::conversation::{ChainHash, ChainMemo, Conversation, TenantId};
-use crate::protocol::{Adapter, ChatRequest};
+use crate::protocol::{Adapter, ChatRequest, Outline};
 use http::HeaderMap;
 
 /// Headers that name a conversation for people, first found wins: the
@@ -15,59 +15,88 @@ const LABEL_HEADERS: [&str; 4] = [
 ];
 
 /// Step 2 of the data flow: the tenant from the credential, the chain from
-/// the canonical messages. With a `memo`, a message seen before under the
-/// same previous link costs a digest instead of a canonical form and a
-/// SHA-256; the chain is the same either way.
+/// the canonical messages. With a `memo`, a message whose bytes were seen
+/// before under the same previous link costs a digest of those bytes: it
+/// is not even parsed. The chain is the same either way.
+///
+/// Returns the request, every part of it now known to parse, with its
+/// conversation; `None` when a part does not parse, and the body is then
+/// not one Condenser can work with.
 pub fn conversation(
     adapter: &dyn Adapter,
     salt: &[u8],
     headers: &HeaderMap,
-    request: &ChatRequest,
+    outline: Outline,
     memo: Option<&ChainMemo>,
-) -> Conversation {
+) -> Option<(ChatRequest, Conversation)> {
     let tenant = TenantId::from_credential(salt, credential(headers));
-    let chain = match memo {
-        Some(memo) => memoized_chain(adapter, &tenant, request, memo),
-        None => chain(adapter, &tenant, request),
+    let (request, chain) = match memo {
+        Some(memo) => {
+            let chain = memoized_chain(adapter, &tenant, &outline, memo)?;
+            (outline.verified(), chain)
+        }
+        None => {
+            let request = outline.parse_all()?;
+            let chain = chain(adapter, &tenant, &request);
+            (request, chain)
+        }
     };
     let label = LABEL_HEADERS
         .iter()
         .find_map(|name| headers.get(*name)?.to_str().ok())
         .map(|value| value.chars().take(200).collect());
-    Conversation {
+    let conversation = Conversation {
         tenant,
         chain,
         label,
-    }
+    };
+    Some((request, conversation))
 }
 
 /// `h_0 = H(tenant, canonical(system))`, `h_i = H(h_{i-1}, canonical(m_i))`.
 fn chain(adapter: &dyn Adapter, tenant: &TenantId, request: &ChatRequest) -> Vec<ChainHash> {
-    let mut chain = Vec::with_capacity(request.messages.len() + 1);
-    let mut link = ChainHash::root(tenant, &adapter.canonical(&request.system));
+    let mut chain = Vec::with_capacity(request.message_count() + 1);
+    let mut link = ChainHash::root(tenant, &adapter.canonical(request.system()));
     chain.push(link);
-    for message in &request.messages {
+    for message in request.messages() {
         link = link.next(&adapter.canonical(message));
         chain.push(link);
     }
     chain
 }
 
-/// [`chain`], from `memo` as far as it knows it.
+/// [`chain`], from `memo` as far as it knows it; what it does not know is
+/// parsed here, and `None` if it does not parse. A history seen for the
+/// first time keeps its parsed messages: storing it will need them.
 fn memoized_chain(
     adapter: &dyn Adapter,
     tenant: &TenantId,
-    request: &ChatRequest,
+    outline: &Outline,
     memo: &ChainMemo,
-) -> Vec<ChainHash> {
-    memo.chain(
+) -> Option<Vec<ChainHash>> {
+    let mut parsed = Vec::new();
+    let chain = memo.chain(
         adapter.canonical_scheme(),
         tenant,
-        &request.system,
-        &request.messages,
-        || ChainHash::root(tenant, &adapter.canonical(&request.system)),
-        |previous, message| previous.next(&adapter.canonical(message)),
-    )
+        &outline.system_pieces(),
+        &outline.message_pieces(),
+        || {
+            let system = outline.try_system()?;
+            Some(ChainHash::root(tenant, &adapter.canonical(system)))
+        },
+        |previous, index| {
+            let message = outline.try_message(index)?;
+            let link = previous.next(&adapter.canonical(&message));
+            if parsed.len() == index {
+                parsed.push(message.into_owned());
+            }
+            Some(link)
+        },
+    )?;
+    if parsed.len() == outline.message_count() {
+        outline.keep_messages(parsed);
+    }
+    Some(chain)
 }
 
 /// The caller's credential as sent; hashed at once, never kept.
@@ -83,15 +112,21 @@ mod tests {
     use super::*;
     use crate::protocol::Protocol;
 
+    fn outline(adapter: &dyn Adapter, body: impl Into<bytes::Bytes>) -> Outline {
+        adapter.outline(body.into()).expect("outlines")
+    }
+
     fn conversation(key: &str, body: &str) -> Conversation {
         let adapter = Protocol::Openai.adapter();
-        let request = adapter.parse(body.as_bytes()).expect("parses");
         let mut headers = HeaderMap::new();
         headers.insert(
             "authorization",
             format!("Bearer {key}").parse().expect("header"),
         );
-        super::conversation(adapter, b"", &headers, &request, None)
+        let outline = outline(adapter, body.to_string());
+        super::conversation(adapter, b"", &headers, outline, None)
+            .expect("parses")
+            .1
     }
 
     #[test]
@@ -124,10 +159,13 @@ mod tests {
         memo: Option<&ChainMemo>,
     ) -> Vec<ChainHash> {
         let body = serde_json::to_vec(body).expect("serializes");
-        let request = adapter.parse(&body).expect("parses");
         let mut headers = HeaderMap::new();
         headers.insert("x-api-key", key.parse().expect("header"));
-        super::conversation(adapter, b"salt", &headers, &request, memo).chain
+        let outline = outline(adapter, body);
+        super::conversation(adapter, b"salt", &headers, outline, memo)
+            .expect("parses")
+            .1
+            .chain
     }
 
     /// Histories as clients send them, then again with keys reordered,
@@ -270,5 +308,62 @@ mod tests {
         assert_eq!(chain, chain_of(adapter, "k", &body, None));
         let distinct: std::collections::HashSet<_> = chain.iter().collect();
         assert_eq!(distinct.len(), chain.len());
+    }
+
+    /// serde_json scans, as raw text, what it refuses as a value: such a
+    /// message makes the body one Condenser does not work with, whether
+    /// or not the memo is used, and however often it is sent.
+    #[test]
+    fn a_message_that_does_not_parse_is_no_conversation() {
+        let memo = ChainMemo::new(100);
+        let headers = HeaderMap::new();
+        for (adapter, body) in [
+            (
+                Protocol::Openai.adapter(),
+                r#"{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","content":"\ud800"}]}"#,
+            ),
+            (
+                Protocol::Openai.adapter(),
+                r#"{"model":"m","messages":[{"role":"system","content":"\udfff"},{"role":"user","content":"a"}]}"#,
+            ),
+            (
+                Protocol::Anthropic.adapter(),
+                r#"{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","n":1e400}]}"#,
+            ),
+        ] {
+            for memo in [None, Some(&memo), Some(&memo)] {
+                let outline = outline(adapter, body);
+                assert!(
+                    super::conversation(adapter, b"", &headers, outline, memo).is_none(),
+                    "{body}"
+                );
+            }
+        }
+    }
+
+    /// What the memo knows by its bytes is not parsed again: a re-sent
+    /// history leaves its messages as text until something needs them,
+    /// and then they are the messages sent.
+    #[test]
+    fn a_resent_history_is_not_parsed_until_needed() {
+        let memo = ChainMemo::new(100);
+        let headers = HeaderMap::new();
+        let adapter = Protocol::Openai.adapter();
+        let body = r#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"a"},{"role":"assistant","content":"b"}]}"#;
+        let identify = || {
+            super::conversation(adapter, b"", &headers, outline(adapter, body), Some(&memo))
+                .expect("parses")
+        };
+        let (first, conversation) = identify();
+        let (again, same) = identify();
+        assert_eq!(same.chain, conversation.chain);
+        assert!(
+            first.has_parsed_messages(),
+            "first sight parses each message"
+        );
+        assert!(!again.has_parsed_messages(), "re-sent: found by its bytes");
+        let parsed = adapter.parse(body.as_bytes()).expect("parses");
+        assert_eq!(again.messages(), parsed.messages());
+        assert_eq!(again.system(), parsed.system());
     }
 }

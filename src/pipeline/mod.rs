@@ -35,8 +35,18 @@ pub async fn handle(state: &AppState, route: Route, request: Request) -> Respons
         Err(error) => return error.into_response_for(protocol),
     };
     let adapter = route.adapter();
+    let salt = state.settings.storage.tenant_salt.as_bytes();
+    let identified = adapter.outline(body.clone()).and_then(|outline| {
+        identify::conversation(
+            adapter,
+            salt,
+            &parts.headers,
+            outline,
+            Some(&state.chain_memo),
+        )
+    });
     // Invariant 9: what Condenser cannot parse goes upstream unchanged.
-    let Some(chat) = adapter.parse(&body) else {
+    let Some((chat, conversation)) = identified else {
         let outgoing = headers::request_headers(&parts.headers);
         return match state
             .upstream
@@ -53,14 +63,6 @@ pub async fn handle(state: &AppState, route: Route, request: Request) -> Respons
             Err(error) => error.into_response_for(protocol),
         };
     };
-    let salt = state.settings.storage.tenant_salt.as_bytes();
-    let conversation = identify::conversation(
-        adapter,
-        salt,
-        &parts.headers,
-        &chat,
-        Some(&state.chain_memo),
-    );
     let chat = std::sync::Arc::new(chat);
     let persisted = persist::queue(
         &state.writer,

@@ -62,26 +62,28 @@ pub fn queue(
 }
 
 /// One row per chain link from `first` on: the system part is position 0,
-/// message `i` position `i`. Only what is new is serialized.
+/// message `i` position `i`. Only what is new is parsed, if it was not,
+/// and serialized.
 fn rows_from(
     adapter: &dyn Adapter,
     conversation: &Conversation,
     request: &ChatRequest,
     first: usize,
 ) -> Vec<NewMessage> {
-    let system = std::iter::once(("system", &request.system));
-    let messages = request.messages.iter().map(|m| (adapter.role(m), m));
-    system
-        .chain(messages)
-        .enumerate()
-        .skip(first)
-        .map(|(position, (role, body))| {
-            let body = body.to_string();
+    (first..=request.message_count())
+        .map(|position| {
+            let (role, body) = match position.checked_sub(1) {
+                None => ("system".to_string(), request.system().to_string()),
+                Some(index) => {
+                    let message = request.message(index);
+                    (adapter.role(&message).to_string(), message.to_string())
+                }
+            };
             NewMessage {
                 hash: conversation.chain[position],
                 parent: position.checked_sub(1).map(|p| conversation.chain[p]),
                 position: position as i64,
-                role: role.to_string(),
+                role,
                 token_estimate: crate::tokens::estimate_bytes(body.len()) as i64,
                 body,
             }

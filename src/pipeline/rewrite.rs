@@ -29,11 +29,11 @@ fn upstream_messages<'a>(
     compaction: &'a Compaction,
     summary: Option<&'a Value>,
 ) -> Vec<&'a Value> {
-    let from = (compaction.prefix_len.max(0) as usize).min(request.messages.len());
-    let mut messages = Vec::with_capacity(request.messages.len() - from + 1);
+    let from = (compaction.prefix_len.max(0) as usize).min(request.messages().len());
+    let mut messages = Vec::with_capacity(request.messages().len() - from + 1);
     messages.extend(summary);
     messages.extend(apply_trims(
-        &request.messages,
+        request.messages(),
         chain,
         from,
         &compaction.trims,

@@ -3,10 +3,12 @@
 use super::openai::summary_text;
 use super::request::serialize_replacing;
 use super::{
-    elide_middle, with_text_content, Adapter, ChatRequest, Protocol, ToolLinks, Trimmed, Usage,
+    elide_middle, with_text_content, Adapter, ChatRequest, Outline, Protocol, SystemPart,
+    ToolLinks, Trimmed, Usage,
 };
 use crate::conversation::canonical_json;
-use serde_json::{json, Map, Value};
+use bytes::Bytes;
+use serde_json::{json, Value};
 
 pub struct Anthropic;
 
@@ -15,14 +17,10 @@ impl Adapter for Anthropic {
         Protocol::Anthropic
     }
 
-    fn parse(&self, body: &[u8]) -> Option<ChatRequest> {
-        let mut body: Map<String, Value> = serde_json::from_slice(body).ok()?;
-        // Moved out, not copied: `build` puts them back in the same place.
-        let Value::Array(messages) = body.get_mut("messages")?.take() else {
-            return None;
-        };
-        let system = body.get("system").cloned().unwrap_or(Value::Null);
-        ChatRequest::from_body(body, system, messages)
+    fn outline(&self, body: Bytes) -> Option<Outline> {
+        Outline::read(body, "messages", |body, _, _| {
+            SystemPart::Value(body.get("system").cloned().unwrap_or(Value::Null))
+        })
     }
 
     fn build(&self, request: &ChatRequest, messages: &[&Value]) -> Vec<u8> {
@@ -235,14 +233,14 @@ mod tests {
     fn system_is_the_root_and_unknown_fields_survive_a_rebuild() {
         let body = json!({"model": "m", "max_tokens": 10, "system": [{"type": "text", "text": "s"}], "messages": [{"role": "user", "content": "u"}], "thinking": {"type": "adaptive"}});
         let request = parse(body.clone());
-        assert_eq!(request.system, body["system"]);
+        assert_eq!(request.system(), &body["system"]);
         assert_eq!(
-            Anthropic.build(&request, &request.messages.iter().collect::<Vec<_>>()),
+            Anthropic.build(&request, &request.messages().iter().collect::<Vec<_>>()),
             serde_json::to_vec(&body).expect("json")
         );
         assert_eq!(
-            parse(json!({"model": "m", "messages": []})).system,
-            Value::Null
+            parse(json!({"model": "m", "messages": []})).system(),
+            &Value::Null
         );
     }
 

@@ -9,7 +9,8 @@ pub mod responses;
 
 use serde_json::Value;
 
-pub use request::ChatRequest;
+use bytes::Bytes;
+pub use request::{ChatRequest, Outline, Piece, SystemPart};
 use serde::Deserialize;
 
 /// Starts the inserted summary message, and lets a later compaction (and
@@ -83,9 +84,16 @@ pub trait Adapter: Send + Sync {
     fn protocol(&self) -> Protocol;
 
     /// Splits a request body into system part and messages, keeping every
-    /// other field. `None` when the body is not a request this adapter
-    /// understands: it is then forwarded unchanged.
-    fn parse(&self, body: &[u8]) -> Option<ChatRequest>;
+    /// other field; the messages may stay spans of `body` until they are
+    /// needed ([`Outline`]). `None` when the body is not a request this
+    /// adapter understands: it is then forwarded unchanged.
+    fn outline(&self, body: Bytes) -> Option<Outline>;
+
+    /// [`Adapter::outline`] with every part parsed; `None` also when one
+    /// does not parse.
+    fn parse(&self, body: &[u8]) -> Option<ChatRequest> {
+        self.outline(Bytes::copy_from_slice(body))?.parse_all()
+    }
 
     /// Serializes `request` with `messages` in place of its own.
     fn build(&self, request: &ChatRequest, messages: &[&Value]) -> Vec<u8>;
@@ -233,10 +241,10 @@ mod tests {
         for protocol in [Protocol::Openai, Protocol::Anthropic] {
             let adapter = protocol.adapter();
             let parsed = adapter.parse(body).expect("parses");
-            let rebuilt = adapter.build(&parsed, &parsed.messages.iter().collect::<Vec<_>>());
+            let rebuilt = adapter.build(&parsed, &parsed.messages().iter().collect::<Vec<_>>());
             let again = adapter.parse(&rebuilt).expect("parses again");
-            assert_eq!(again.messages, parsed.messages);
-            assert_eq!(again.messages[0]["n"].as_f64(), Some(1e25));
+            assert_eq!(again.messages(), parsed.messages());
+            assert_eq!(again.messages()[0]["n"].as_f64(), Some(1e25));
         }
     }
 

@@ -1,12 +1,14 @@
 //! OpenAI Chat Completions.
 
-use super::request::serialize_replacing;
+use super::request::{role_of, serialize_replacing};
 use super::{
-    elide_middle, with_text_content, Adapter, ChatRequest, Protocol, ToolLinks, Trimmed, Usage,
-    SUMMARY_MARKER,
+    elide_middle, with_text_content, Adapter, ChatRequest, Outline, Protocol, SystemPart,
+    ToolLinks, Trimmed, Usage, SUMMARY_MARKER,
 };
 use crate::conversation::canonical_json;
-use serde_json::{json, Map, Value};
+use bytes::Bytes;
+use serde_json::{json, Value};
+use std::ops::Range;
 
 pub struct OpenAi;
 
@@ -18,22 +20,16 @@ impl Adapter for OpenAi {
         Protocol::Openai
     }
 
-    fn parse(&self, body: &[u8]) -> Option<ChatRequest> {
-        let mut body: Map<String, Value> = serde_json::from_slice(body).ok()?;
-        // Moved out, not copied: `build` puts them back in the same place.
-        let Value::Array(mut all) = body.get_mut("messages")?.take() else {
-            return None;
-        };
-        let system_len = all
-            .iter()
-            .take_while(|m| SYSTEM_ROLES.contains(&self.role(m)))
-            .count();
-        let messages = all.split_off(system_len);
-        ChatRequest::from_body(body, Value::Array(all), messages)
+    fn outline(&self, body: Bytes) -> Option<Outline> {
+        Outline::read(body, "messages", |_, items, text| {
+            let is_system =
+                |span: &Range<usize>| SYSTEM_ROLES.contains(&role_of(&text[span.clone()]).as_ref());
+            SystemPart::Leading(items.iter().take_while(|span| is_system(span)).count())
+        })
     }
 
     fn build(&self, request: &ChatRequest, messages: &[&Value]) -> Vec<u8> {
-        let system = request.system.as_array().map_or(&[][..], Vec::as_slice);
+        let system = request.system().as_array().map_or(&[][..], Vec::as_slice);
         let all: Vec<&Value> = system.iter().chain(messages.iter().copied()).collect();
         serialize_replacing(&request.body, "messages", &all)
     }
@@ -202,10 +198,10 @@ mod tests {
     fn leading_system_and_developer_messages_are_the_system_part() {
         let body = br#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"developer","content":"d"},{"role":"user","content":"u"},{"role":"system","content":"late"}]}"#;
         let request = OpenAi.parse(body).expect("parses");
-        assert_eq!(request.system.as_array().map(Vec::len), Some(2));
-        assert_eq!(request.messages.len(), 2);
+        assert_eq!(request.system().as_array().map(Vec::len), Some(2));
+        assert_eq!(request.messages().len(), 2);
         assert_eq!(
-            OpenAi.build(&request, &request.messages.iter().collect::<Vec<_>>()),
+            OpenAi.build(&request, &request.messages().iter().collect::<Vec<_>>()),
             serde_json::to_vec(&serde_json::from_slice::<Value>(body).expect("json"))
                 .expect("json")
         );

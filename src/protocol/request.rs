@@ -1,38 +1,424 @@
 //! A parsed chat request: the parts Condenser reads, and the whole body so
 //! that every field it does not understand is kept as sent.
+//!
+//! Agents re-send their whole history on every turn, and most requests go
+//! upstream as the client's own bytes. So the messages of a request are
+//! kept as spans of its body and parsed only when something needs them as
+//! values: identity, from a memo keyed by their bytes, parses only the
+//! messages it has not seen; a rewrite or a compaction parses them all.
+//!
+//! Scanning a span is not parsing it: serde_json accepts, as a raw value,
+//! text it would refuse as a value (a lone surrogate escape, a number out
+//! of range, nesting past its depth limit). An [`Outline`] is therefore not
+//! yet a [`ChatRequest`]: it becomes one when every span has been parsed,
+//! or recognised by identity's memo as bytes that parsed before
+//! ([`Outline::verified`]), so a request's messages never fail to parse
+//! later.
 
+use bytes::Bytes;
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Range;
+use std::sync::OnceLock;
 
 #[derive(Debug, Clone)]
 pub struct ChatRequest {
-    /// The body as sent, key order preserved, with `messages` moved out
-    /// (null in place) into `system` and `messages`.
+    /// The body as sent, key order preserved, with the message list moved
+    /// out (null in place) into `system` and `messages`.
     pub body: Map<String, Value>,
-    /// The system part, identity's root: OpenAI's leading system/developer
-    /// messages, Anthropic's `system` field (null when absent).
-    pub system: Value,
-    /// The conversation after the system part.
-    pub messages: Vec<Value>,
     pub model: String,
     pub stream: bool,
+    /// The body as sent, which the spans below index; empty when the
+    /// request was parsed whole.
+    text: Bytes,
+    /// The system part, identity's root: OpenAI's leading system/developer
+    /// messages, Anthropic's `system` field (null when absent).
+    system: Lazy<Value>,
+    /// The conversation after the system part.
+    messages: Lazy<Vec<Value>>,
 }
 
+/// A value given parsed, or parsed from its spans on first use.
+#[derive(Debug, Clone)]
+struct Lazy<T> {
+    /// `None` when the value was given parsed.
+    spans: Option<Vec<Range<usize>>>,
+    value: OnceLock<T>,
+}
+
+impl<T> Lazy<T> {
+    fn parsed(value: T) -> Self {
+        Self {
+            spans: None,
+            value: OnceLock::from(value),
+        }
+    }
+
+    fn spans(spans: Vec<Range<usize>>) -> Self {
+        Self {
+            spans: Some(spans),
+            value: OnceLock::new(),
+        }
+    }
+
+    fn spans_or_none(&self) -> &[Range<usize>] {
+        self.spans.as_deref().unwrap_or_default()
+    }
+}
+
+/// Why the lazy parts of a verified request always parse.
+const VERIFIED: &str = "a ChatRequest's spans all parsed, now or (memo) before";
+
 impl ChatRequest {
+    /// A request whose parts are all parsed already.
     pub fn from_body(
         body: Map<String, Value>,
         system: Value,
         messages: Vec<Value>,
     ) -> Option<Self> {
-        let model = body.get("model")?.as_str()?.to_string();
-        let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+        let (model, stream) = model_and_stream(&body)?;
         Some(Self {
             body,
-            system,
-            messages,
             model,
             stream,
+            text: Bytes::new(),
+            system: Lazy::parsed(system),
+            messages: Lazy::parsed(messages),
         })
+    }
+
+    pub fn system(&self) -> &Value {
+        self.system.value.get_or_init(|| {
+            let items = parse_spans(&self.text, self.system.spans_or_none());
+            Value::Array(items.expect(VERIFIED))
+        })
+    }
+
+    pub fn messages(&self) -> &[Value] {
+        self.messages
+            .value
+            .get_or_init(|| parse_spans(&self.text, self.messages.spans_or_none()).expect(VERIFIED))
+    }
+
+    /// Message `index`, without parsing the others.
+    pub fn message(&self, index: usize) -> Cow<'_, Value> {
+        try_message(&self.text, &self.messages, index).expect(VERIFIED)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn has_parsed_messages(&self) -> bool {
+        self.messages.value.get().is_some()
+    }
+
+    pub fn message_count(&self) -> usize {
+        match (&self.messages.spans, self.messages.value.get()) {
+            (Some(spans), _) => spans.len(),
+            (None, Some(messages)) => messages.len(),
+            (None, None) => 0,
+        }
+    }
+
+    /// The same request with only its first `len` messages.
+    pub fn truncated(&self, len: usize) -> Self {
+        let mut request = self.clone();
+        if let Some(messages) = request.messages.value.get_mut() {
+            messages.truncate(len);
+        }
+        if let Some(spans) = &mut request.messages.spans {
+            spans.truncate(len);
+        }
+        request
+    }
+}
+
+/// A chat request whose messages are not all known to parse yet.
+#[derive(Debug)]
+pub struct Outline(ChatRequest);
+
+/// A part of an outlined request as identity digests it: the client's
+/// bytes, or the value when it was parsed whole.
+#[derive(Debug, Clone, Copy)]
+pub enum Piece<'a> {
+    Text(&'a [u8]),
+    Parsed(&'a Value),
+}
+
+impl Outline {
+    /// A request parsed whole: nothing is left to verify.
+    pub fn parsed(request: ChatRequest) -> Self {
+        Self(request)
+    }
+
+    /// `text`, a JSON object, with the array under `list` kept as spans of
+    /// its items and every other field parsed. `system` takes the field
+    /// map and the item spans and returns the system part: a value, or how
+    /// many leading items it is. `None` when `text` is not such an object
+    /// or has no string `model`.
+    pub fn read(
+        text: Bytes,
+        list: &str,
+        system: impl FnOnce(&Map<String, Value>, &[Range<usize>], &Bytes) -> SystemPart,
+    ) -> Option<Self> {
+        let (body, items) = split(&text, list).ok()?;
+        let (model, stream) = model_and_stream(&body)?;
+        let mut items = items?;
+        let (system, items) = match system(&body, &items, &text) {
+            SystemPart::Value(value) => (Lazy::parsed(value), items),
+            SystemPart::Leading(count) => {
+                let rest = items.split_off(count.min(items.len()));
+                (Lazy::spans(items), rest)
+            }
+        };
+        Some(Self(ChatRequest {
+            body,
+            model,
+            stream,
+            text,
+            system,
+            messages: Lazy::spans(items),
+        }))
+    }
+
+    pub fn model(&self) -> &str {
+        &self.0.model
+    }
+
+    /// The system part's pieces.
+    pub fn system_pieces(&self) -> Vec<Piece<'_>> {
+        let system = &self.0.system;
+        match (&system.spans, system.value.get()) {
+            (Some(spans), _) => pieces(&self.0.text, spans),
+            (None, value) => value.map(Piece::Parsed).into_iter().collect(),
+        }
+    }
+
+    /// One piece per message.
+    pub fn message_pieces(&self) -> Vec<Piece<'_>> {
+        let messages = &self.0.messages;
+        match (&messages.spans, messages.value.get()) {
+            (Some(spans), _) => pieces(&self.0.text, spans),
+            (None, values) => values.into_iter().flatten().map(Piece::Parsed).collect(),
+        }
+    }
+
+    pub fn message_count(&self) -> usize {
+        self.0.message_count()
+    }
+
+    /// The system part, parsing it if need be; `None` when it does not
+    /// parse.
+    pub fn try_system(&self) -> Option<&Value> {
+        if let Some(value) = self.0.system.value.get() {
+            return Some(value);
+        }
+        let items = parse_spans(&self.0.text, self.0.system.spans_or_none()).ok()?;
+        Some(self.0.system.value.get_or_init(|| Value::Array(items)))
+    }
+
+    /// Message `index`, parsing it if need be; `None` when it does not
+    /// parse.
+    pub fn try_message(&self, index: usize) -> Option<Cow<'_, Value>> {
+        try_message(&self.0.text, &self.0.messages, index).ok()
+    }
+
+    /// `messages`, all of them, parsed by the caller from their spans.
+    pub fn keep_messages(&self, messages: Vec<Value>) {
+        debug_assert_eq!(messages.len(), self.message_count());
+        let _ = self.0.messages.value.set(messages);
+    }
+
+    /// Every part parsed, or `None` if one does not parse.
+    pub fn parse_all(self) -> Option<ChatRequest> {
+        self.try_system()?;
+        if self.0.messages.value.get().is_none() {
+            let messages = parse_spans(&self.0.text, self.0.messages.spans_or_none()).ok()?;
+            let _ = self.0.messages.value.set(messages);
+        }
+        Some(self.0)
+    }
+
+    /// The request, once the caller has seen every span parse: here with
+    /// [`Outline::try_system`] and [`Outline::try_message`], or earlier in
+    /// the process as the very same bytes.
+    pub(crate) fn verified(self) -> ChatRequest {
+        self.0
+    }
+}
+
+/// Where an adapter's system part is.
+pub enum SystemPart {
+    /// A field of the body, parsed.
+    Value(Value),
+    /// The first this many items of the list.
+    Leading(usize),
+}
+
+/// The `role` of an item span, as `message.get("role")?.as_str()` would
+/// read it (the last of repeated keys; `""` for anything but a string),
+/// without parsing the rest of the item.
+pub fn role_of(text: &[u8]) -> Cow<'_, str> {
+    let Ok(fields) = serde_json::from_slice::<BTreeMap<Cow<'_, str>, &RawValue>>(text) else {
+        return Cow::Borrowed("");
+    };
+    fields
+        .get("role")
+        .and_then(|role| Cow::<str>::deserialize(*role).ok())
+        .unwrap_or(Cow::Borrowed(""))
+}
+
+fn model_and_stream(body: &Map<String, Value>) -> Option<(String, bool)> {
+    let model = body.get("model")?.as_str()?.to_string();
+    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    Some((model, stream))
+}
+
+fn pieces<'a>(text: &'a [u8], spans: &[Range<usize>]) -> Vec<Piece<'a>> {
+    spans
+        .iter()
+        .map(|span| Piece::Text(&text[span.clone()]))
+        .collect()
+}
+
+fn parse_spans(text: &[u8], spans: &[Range<usize>]) -> serde_json::Result<Vec<Value>> {
+    spans
+        .iter()
+        .map(|span| serde_json::from_slice(&text[span.clone()]))
+        .collect()
+}
+
+fn try_message<'a>(
+    text: &[u8],
+    messages: &'a Lazy<Vec<Value>>,
+    index: usize,
+) -> serde_json::Result<Cow<'a, Value>> {
+    if let Some(parsed) = messages.value.get() {
+        return Ok(Cow::Borrowed(&parsed[index]));
+    }
+    serde_json::from_slice(&text[messages.spans_or_none()[index].clone()]).map(Cow::Owned)
+}
+
+/// The fields of the object `text` (the one under `list` as null) and the
+/// spans of the array's items under `list`, `None` if absent. Repeated
+/// keys keep their first place and last value, as serde_json's map does.
+fn split(text: &[u8], list: &str) -> serde_json::Result<(Map<String, Value>, Option<Spans>)> {
+    let mut deserializer = serde_json::Deserializer::from_slice(text);
+    let (body, items) = Fields { list }.deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    let base = text.as_ptr() as usize;
+    let spans = items.map(|items| {
+        items
+            .iter()
+            .map(|item| {
+                let start = item.get().as_ptr() as usize - base;
+                start..start + item.get().len()
+            })
+            .collect()
+    });
+    Ok((body, spans))
+}
+
+type Spans = Vec<Range<usize>>;
+
+type Split<'de> = (Map<String, Value>, Option<Vec<&'de RawValue>>);
+
+struct Fields<'l> {
+    list: &'l str,
+}
+
+impl<'de> DeserializeSeed<'de> for Fields<'_> {
+    type Value = Split<'de>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<Split<'de>, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Fields<'_> {
+    type Value = Split<'de>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Split<'de>, A::Error> {
+        let mut body = Map::new();
+        let mut items = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == self.list {
+                items = map.next_value::<Items<'de>>()?.0;
+                body.insert(key, Value::Null);
+            } else {
+                let value = map.next_value::<Value>()?;
+                body.insert(key, value);
+            }
+        }
+        Ok((body, items))
+    }
+}
+
+/// The items of an array; `None` for any other value, which is not an
+/// error: a repeated key may still give the list (the last one counts).
+struct Items<'de>(Option<Vec<&'de RawValue>>);
+
+impl<'de> Deserialize<'de> for Items<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ItemsVisitor)
+    }
+}
+
+struct ItemsVisitor;
+
+impl<'de> Visitor<'de> for ItemsVisitor {
+    type Value = Items<'de>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("any JSON value")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Items<'de>, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(16));
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Items(Some(items)))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Items<'de>, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Items(None))
+    }
+
+    fn visit_unit<E>(self) -> Result<Items<'de>, E> {
+        Ok(Items(None))
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Items<'de>, E> {
+        Ok(Items(None))
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Items<'de>, E> {
+        Ok(Items(None))
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Items<'de>, E> {
+        Ok(Items(None))
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Items<'de>, E> {
+        Ok(Items(None))
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Items<'de>, E> {
+        Ok(Items(None))
     }
 }
 

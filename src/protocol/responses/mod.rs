@@ -13,7 +13,8 @@ mod units;
 
 use super::openai::summary_text;
 use super::request::serialize_replacing;
-use super::{Adapter, ChatRequest, Protocol, ToolLinks, Trimmed, Usage};
+use super::{Adapter, ChatRequest, Outline, Protocol, ToolLinks, Trimmed, Usage};
+use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
 pub struct Responses;
@@ -37,8 +38,10 @@ impl Adapter for Responses {
         Protocol::Openai
     }
 
-    fn parse(&self, body: &[u8]) -> Option<ChatRequest> {
-        let mut body: Map<String, Value> = serde_json::from_slice(body).ok()?;
+    /// Parsed whole: a message here is a unit of several items, which
+    /// are not spans of the body.
+    fn outline(&self, body: Bytes) -> Option<Outline> {
+        let mut body: Map<String, Value> = serde_json::from_slice(&body).ok()?;
         if STATEFUL
             .iter()
             .any(|key| body.get(*key).is_some_and(|v| !v.is_null()))
@@ -55,11 +58,11 @@ impl Adapter for Responses {
         let rest = input.split_off(leading);
         let instructions = body.get("instructions").cloned().unwrap_or(Value::Null);
         let system = json!({"instructions": instructions, "input": input});
-        ChatRequest::from_body(body, system, units::group(rest))
+        ChatRequest::from_body(body, system, units::group(rest)).map(Outline::parsed)
     }
 
     fn build(&self, request: &ChatRequest, messages: &[&Value]) -> Vec<u8> {
-        let system = request.system["input"]
+        let system = request.system()["input"]
             .as_array()
             .map_or(&[][..], Vec::as_slice);
         let units = messages.iter().flat_map(|unit| units::items(unit));

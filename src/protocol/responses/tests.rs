@@ -16,11 +16,11 @@ fn instructions_and_leading_developer_items_are_the_system_part() {
         {"type": "function_call_output", "call_id": "c1", "output": "42"}
     ], "store": false, "include": ["reasoning.encrypted_content"]});
     let request = parse(body.clone());
-    assert_eq!(request.system["instructions"], "be brief");
-    assert_eq!(request.system["input"].as_array().map(Vec::len), Some(1));
-    assert_eq!(request.messages.len(), 3);
+    assert_eq!(request.system()["instructions"], "be brief");
+    assert_eq!(request.system()["input"].as_array().map(Vec::len), Some(1));
+    assert_eq!(request.messages().len(), 3);
     assert_eq!(
-        Responses.build(&request, &request.messages.iter().collect::<Vec<_>>()),
+        Responses.build(&request, &request.messages().iter().collect::<Vec<_>>()),
         serde_json::to_vec(&body).expect("json")
     );
 }
@@ -29,7 +29,7 @@ fn instructions_and_leading_developer_items_are_the_system_part() {
 fn a_string_input_is_one_user_message() {
     let request = parse(json!({"model": "m", "input": "hello"}));
     assert_eq!(
-        request.messages,
+        request.messages(),
         vec![json!({"role": "user", "content": "hello"})]
     );
 }
@@ -50,7 +50,7 @@ fn the_summary_goes_right_after_the_system_part() {
         {"role": "developer", "content": "d"}, {"role": "user", "content": "u"}]}));
     let summary = Responses.summary_message("user", "facts");
     let built: Value =
-        serde_json::from_slice(&Responses.build(&request, &[&summary, &request.messages[0]]))
+        serde_json::from_slice(&Responses.build(&request, &[&summary, &request.messages()[0]]))
             .expect("json");
     assert_eq!(built["input"][0]["role"], "developer");
     let text = built["input"][1]["content"][0]["text"]
@@ -123,7 +123,7 @@ fn no_safe_cut_parts_reasoning_from_its_item_or_a_call_from_its_output() {
         reasoning("rs_3"), call("c3"), output("c3")
     ]}));
     let items: Vec<Item> = request
-        .messages
+        .messages()
         .iter()
         .map(|unit| Item {
             tokens: 1,
@@ -133,10 +133,10 @@ fn no_safe_cut_parts_reasoning_from_its_item_or_a_call_from_its_output() {
     let cuts = safe_cuts(&items);
     assert_eq!(cuts, vec![1, 5, 6, 7]);
     for cut in cuts {
-        let before = units::items(&request.messages[cut - 1]);
+        let before = units::items(&request.messages()[cut - 1]);
         assert_ne!(before.last().map(units::item_type), Some("reasoning"));
         assert_ne!(
-            units::item_type(&units::items(&request.messages[cut])[0]),
+            units::item_type(&units::items(&request.messages()[cut])[0]),
             "function_call_output"
         );
     }
