@@ -185,10 +185,6 @@ impl Outline {
         }))
     }
 
-    pub fn model(&self) -> &str {
-        &self.0.model
-    }
-
     /// The system part's pieces.
     pub fn system_pieces(&self) -> Vec<Piece<'_>> {
         let system = &self.0.system;
