@@ -11,6 +11,7 @@ use crate::protocol::{Adapter, Usage};
 use bytes::{Bytes, BytesMut};
 use eventsource_stream::{EventStream, Eventsource};
 use futures_util::{FutureExt, Stream, StreamExt};
+use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -168,6 +169,19 @@ impl Events {
     }
 }
 
+/// A response body as far as its usage goes.
+#[derive(serde::Deserialize)]
+struct UsageOnly {
+    usage: Option<Value>,
+}
+
+/// The usage a whole JSON response reports. Only `usage` is built as a
+/// value; the rest of the body is scanned past.
+fn json_usage(adapter: &dyn Adapter, body: &[u8]) -> Option<Usage> {
+    let response: UsageOnly = serde_json::from_slice(body).ok()?;
+    adapter.usage(&response.usage?)
+}
+
 impl Reader {
     fn feed(&mut self, bytes: &Bytes) {
         match &mut self.parser {
@@ -192,11 +206,7 @@ impl Reader {
 
     fn usage(&mut self) -> Option<Usage> {
         let usage = match std::mem::replace(&mut self.parser, Parser::Abandoned) {
-            Parser::Json(body) => {
-                let value = serde_json::from_slice(&body?).ok()?;
-                let adapter = self.usage_tap.as_ref()?.adapter;
-                adapter.usage(&value)
-            }
+            Parser::Json(body) => json_usage(self.usage_tap.as_ref()?.adapter, &body?),
             Parser::Events(mut events) => {
                 events.chunks = None;
                 events.read_ready();
@@ -299,5 +309,28 @@ mod tests {
     #[test]
     fn a_stream_without_usage_reads_as_none() {
         assert!(read_events(&["data: {\"type\":\"ping\"}\n\n"]).is_none());
+    }
+
+    #[test]
+    fn a_json_response_gives_its_usage_whatever_else_it_holds() {
+        use crate::protocol::{responses::Responses, Protocol};
+        let openai = br#"{"id":"c","choices":[{"message":{"role":"assistant","content":"\ud83d\ude00 x"}}],"usage":{"prompt_tokens":120,"completion_tokens":8,"total_tokens":128}}"#;
+        let anthropic = br#"{"content":[{"type":"text","text":"x"}],"usage":{"input_tokens":100,"cache_read_input_tokens":20,"output_tokens":8}}"#;
+        let responses =
+            br#"{"object":"response","output":[],"usage":{"input_tokens":120,"output_tokens":8}}"#;
+        let expected = Some(Usage {
+            input_tokens: 120,
+            output_tokens: 8,
+        });
+        assert_eq!(json_usage(Protocol::Openai.adapter(), openai), expected);
+        assert_eq!(
+            json_usage(Protocol::Anthropic.adapter(), anthropic),
+            expected
+        );
+        assert_eq!(json_usage(&Responses, responses), expected);
+        let adapter = Protocol::Openai.adapter();
+        assert_eq!(json_usage(adapter, br#"{"choices":[]}"#), None);
+        assert_eq!(json_usage(adapter, br#"{"usage":null}"#), None);
+        assert_eq!(json_usage(adapter, br#"{"usage":{"prompt_tokens":1"#), None);
     }
 }

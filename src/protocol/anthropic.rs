@@ -125,8 +125,8 @@ impl Adapter for Anthropic {
         format!("event: error\ndata: {error_body}\n\n")
     }
 
-    fn usage(&self, response: &Value) -> Option<Usage> {
-        usage_of(response.get("usage")?)
+    fn usage(&self, usage: &Value) -> Option<Usage> {
+        usage_of(usage)
     }
 
     /// `message_start` carries the input counts, `message_delta` the output.

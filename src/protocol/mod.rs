@@ -143,8 +143,9 @@ pub trait Adapter: Send + Sync {
     /// An SSE event reporting an error in this protocol's streaming shape.
     fn stream_error_event(&self, error_body: &Value) -> String;
 
-    /// Token counts a non-streamed response body reports (`usage`).
-    fn usage(&self, _response: &Value) -> Option<Usage> {
+    /// Token counts a non-streamed response reports in its top-level
+    /// `usage` object, which every API names so; `usage` is that object.
+    fn usage(&self, _usage: &Value) -> Option<Usage> {
         None
     }
 

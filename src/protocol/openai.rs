@@ -143,14 +143,14 @@ impl Adapter for OpenAi {
         format!("data: {error_body}\n\n")
     }
 
-    fn usage(&self, response: &Value) -> Option<Usage> {
-        Usage::read(response.get("usage")?, "prompt_tokens", "completion_tokens")
+    fn usage(&self, usage: &Value) -> Option<Usage> {
+        Usage::read(usage, "prompt_tokens", "completion_tokens")
     }
 
     /// The final chunk of a stream asked for with `include_usage` has the
     /// same `usage` object as a whole response.
     fn stream_usage(&self, event: &Value) -> Option<Usage> {
-        self.usage(event)
+        self.usage(event.get("usage")?)
     }
 }
 

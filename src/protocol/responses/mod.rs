@@ -170,14 +170,14 @@ impl Adapter for Responses {
         format!("event: response.failed\ndata: {event}\n\n")
     }
 
-    fn usage(&self, response: &Value) -> Option<Usage> {
-        Usage::read(response.get("usage")?, "input_tokens", "output_tokens")
+    fn usage(&self, usage: &Value) -> Option<Usage> {
+        Usage::read(usage, "input_tokens", "output_tokens")
     }
 
     /// `response.completed` (and `response.incomplete`) carry the whole
     /// response, usage included.
     fn stream_usage(&self, event: &Value) -> Option<Usage> {
-        self.usage(event.get("response")?)
+        self.usage(event.get("response")?.get("usage")?)
     }
 
     fn is_stream_preamble(&self, data: &str) -> bool {

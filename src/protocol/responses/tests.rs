@@ -67,7 +67,7 @@ fn usage_comes_from_the_body_and_from_response_completed() {
         input_tokens: 120,
         output_tokens: 8,
     });
-    assert_eq!(Responses.usage(&response), expected);
+    assert_eq!(Responses.usage(&response["usage"]), expected);
     let completed =
         json!({"type": "response.completed", "sequence_number": 9, "response": response});
     assert_eq!(Responses.stream_usage(&completed), expected);
