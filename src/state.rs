@@ -11,8 +11,12 @@ use crate::upstream::UpstreamClient;
 use anyhow::Context;
 use std::sync::Arc;
 
+/// Cheap to clone: every request takes a copy (axum's `State`, its
+/// exchange), so the parts sit behind one shared pointer, not one each.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+pub struct Shared {
     pub settings: Arc<Settings>,
     pub routes: Arc<RouteTable>,
     pub upstream: UpstreamClient,
@@ -43,7 +47,7 @@ impl AppState {
             storage.clone(),
             background.clone(),
         );
-        Ok(Self {
+        Ok(Self(Arc::new(Shared {
             routes: Arc::new(RouteTable::from_settings(&settings)),
             settings: Arc::new(settings),
             upstream,
@@ -53,7 +57,15 @@ impl AppState {
             background,
             writer,
             chain_memo: Arc::new(ChainMemo::default()),
-        })
+        })))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
     }
 }
 
