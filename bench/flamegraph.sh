@@ -19,6 +19,7 @@ IDENTICAL_RATE="${IDENTICAL_RATE:-1000}"
 GROWING_RATE="${GROWING_RATE:-1000}"
 HISTORY_RATE="${HISTORY_RATE:-20}"
 PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
+PG_PARAMS="${PG_PARAMS:-}"  # query of Condenser's DATABASE_URL, e.g. sslmode=disable
 TITLE="${TITLE:-$BIN}"
 
 command -v perf >/dev/null || { echo "flamegraph: needs perf (linux-perf)" >&2; exit 1; }
@@ -45,7 +46,7 @@ port="$(free_port)"
 # not read this checkout's config/default.toml).
 mkdir "$work/cwd"
 binary="$(realpath "$BIN")"
-(cd "$work/cwd" && CONDENSER_LISTEN="127.0.0.1:$port" DATABASE_URL="$PGURL/$database" \
+(cd "$work/cwd" && CONDENSER_LISTEN="127.0.0.1:$port" DATABASE_URL="$PGURL/$database${PG_PARAMS:+?$PG_PARAMS}" \
   CONDENSER_OPENAI_BASE_URL="http://127.0.0.1:$upstream/v1" \
   exec "$binary" serve) >"$work/condenser.log" 2>&1 &
 condenser=$!

@@ -20,6 +20,7 @@ MAX_RATE_CAP="${MAX_RATE_CAP:-20000}"
 P99_BOUND_MS="${P99_BOUND_MS:-50}"    # sustained: p99 at most this ...
 MIN_ACHIEVED="${MIN_ACHIEVED:-0.95}"  # ... achieved at least this share of offered, errors <= 0.1 %
 PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
+PG_PARAMS="${PG_PARAMS:-}"            # query of Condenser's DATABASE_URL, e.g. sslmode=disable
 BASELINE_BIN="${BASELINE_BIN:-}"
 GROWING_ARGS="${GROWING_ARGS:-}"      # more loadgen flags for growing, e.g. --system-per-conversation
 TARGETS="${TARGETS:-direct nginx condenser-sqlite condenser-postgres}"
@@ -123,7 +124,7 @@ for target in $TARGETS; do
       database="$(database_for "$target")"
       psql -q "$PGURL/postgres" -c "create database $database" >/dev/null
       databases+=("$database")
-      start_condenser "$target" "$condenser" "$PGURL/$database" ;;
+      start_condenser "$target" "$condenser" "$PGURL/$database${PG_PARAMS:+?$PG_PARAMS}" ;;
     *) echo "hotpath: unknown target $target" >&2; exit 1 ;;
   esac
   targets+=("$target")
@@ -133,7 +134,7 @@ if [ -n "$BASELINE_BIN" ]; then
   database="$(database_for baseline-postgres)"
   psql -q "$PGURL/postgres" -c "create database $database" >/dev/null
   databases+=("$database")
-  start_condenser baseline-postgres "$BASELINE_BIN" "$PGURL/$database"
+  start_condenser baseline-postgres "$BASELINE_BIN" "$PGURL/$database${PG_PARAMS:+?$PG_PARAMS}"
   targets+=(baseline-sqlite baseline-postgres)
 fi
 
@@ -268,7 +269,7 @@ done
 commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src migrations Cargo.toml Cargo.lock || echo '+changes') (src last changed in $(git log -1 --format=%h -- src))"
 python3 bench/hotpath_report.py report "$work/rows.jsonl" "$OUT" "$(getconf CLK_TCK)" \
   "$commit" "$P99_BOUND_MS" "$MIN_ACHIEVED" "$(( $(date +%s) - started ))" \
-  "DURATION=$DURATION RATES='$RATES' HISTORY_RATE=$HISTORY_RATE CONNECTIONS=$CONNECTIONS MAX_DURATION=$MAX_DURATION BASELINE_BIN=$BASELINE_BIN GROWING_ARGS=$GROWING_ARGS; load average at start $load_start, at end $(cut -d' ' -f1-3 /proc/loadavg)"
+  "DURATION=$DURATION RATES='$RATES' HISTORY_RATE=$HISTORY_RATE CONNECTIONS=$CONNECTIONS MAX_DURATION=$MAX_DURATION BASELINE_BIN=$BASELINE_BIN GROWING_ARGS=$GROWING_ARGS PG_PARAMS=$PG_PARAMS; load average at start $load_start, at end $(cut -d' ' -f1-3 /proc/loadavg)"
 if grep -q . "$work/loadgen.err"; then
   echo "hotpath: load generator messages (first 10):" >&2
   sort "$work/loadgen.err" | uniq -c | sort -rn | head -10 >&2
