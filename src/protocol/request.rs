@@ -224,7 +224,7 @@ impl Outline {
     }
 
     /// `messages`, all of them, parsed by the caller from their spans.
-    pub fn keep_messages(&self, messages: Vec<Value>) {
+    pub(crate) fn keep_messages(&self, messages: Vec<Value>) {
         debug_assert_eq!(messages.len(), self.message_count());
         let _ = self.0.messages.value.set(messages);
     }
