@@ -1,11 +1,21 @@
 //! Compactions: which prefix of a chain a summary stands for.
 
-use super::rows::{hash_column, push_placeholders, HASH_CHUNK};
+use super::json_rows::{hash_rows, rows_source, BatchStatement, HASH_COLUMN};
+use super::rows::{hash_column, HASH_CHUNK};
 use super::{Result, Store};
 use crate::conversation::{ChainHash, TenantId, TrimRecord};
 use futures_util::TryStreamExt;
 use sqlx::any::AnyRow;
-use sqlx::{Any, FromRow, QueryBuilder, Row};
+use sqlx::{FromRow, Row};
+
+/// The deepest compaction of tenant `$1` among the prefixes bound as `$2`.
+static DEEPEST_COMPACTION: BatchStatement = BatchStatement::new(|backend| {
+    format!(
+        "select {COMPACTION_COLUMNS} from compactions where tenant = $1 \
+         and prefix_hash in (select r.hash from {}) order by prefix_len desc limit 1",
+        rows_source(backend, 2, &HASH_COLUMN),
+    )
+});
 
 /// A stored summary of messages `1..=prefix_len` of the chain ending at
 /// `prefix_hash`. Used both to insert a compaction and to read one back.
@@ -102,19 +112,12 @@ impl Store {
         tenant: &TenantId,
         hashes: &[ChainHash],
     ) -> Result<Option<Compaction>> {
-        let mut builder = QueryBuilder::<Any>::new("select ");
-        builder.push(COMPACTION_COLUMNS);
-        builder.push(" from compactions where tenant = $1 and prefix_hash in (");
-        push_placeholders(&mut builder, 2, hashes.len());
-        builder.push(") order by prefix_len desc limit 1");
-        let mut query = builder
-            .build_query_as::<Compaction>()
-            .persistent(false)
-            .bind(tenant.as_str());
-        for hash in hashes {
-            query = query.bind(hash.to_hex());
-        }
-        Ok(query.fetch_optional(&self.pool).await?)
+        let deepest = sqlx::query_as::<_, Compaction>(DEEPEST_COMPACTION.text(self.backend))
+            .bind(tenant.as_str())
+            .bind(hash_rows(hashes)?)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(deepest)
     }
 
     /// Stores `compaction` in one statement, so a crash leaves either no row

@@ -1,19 +1,21 @@
 //! Messages: finding how much of a chain is already stored, and writing only
 //! the rest (DESIGN.md "Persist": cost grows with what is new).
 
+use super::json_rows::{
+    hash_rows, hex, json_rows, optional_hex, rows_source, source_columns, BatchStatement, Column,
+    HASH_COLUMN,
+};
 use super::requests::{record_requests_on, RequestRecord};
-use super::rows::{hash_column, now_ms, push_placeholders, push_row_placeholders, HASH_CHUNK};
-use super::{Result, Store};
+use super::rows::{hash_column, now_ms, HASH_CHUNK};
+use super::{Backend, Result, Store};
 use crate::conversation::{ChainHash, TenantId};
-use sqlx::{Any, AnyConnection, QueryBuilder};
+use serde::Serialize;
+use sqlx::AnyConnection;
 use std::collections::HashSet;
 
-/// Messages per insert statement: 10 parameters each, well under SQLite's
-/// and Postgres's parameter limits.
-const INSERT_CHUNK: usize = 100;
-
-/// Columns bound for each inserted message, in placeholder order.
-const MESSAGE_COLUMNS: usize = 10;
+/// Messages per insert statement: a long history's first write is a few
+/// statements of bounded size rather than one of many megabytes.
+const INSERT_CHUNK: usize = 500;
 
 /// One link of a chain to store. Position 0 is the root (the system prompt,
 /// role "system", no parent); `body` is the message JSON as the client sent it.
@@ -58,15 +60,11 @@ impl Store {
         tenant: &TenantId,
         hashes: &[ChainHash],
     ) -> Result<HashSet<ChainHash>> {
-        let mut builder =
-            QueryBuilder::<Any>::new("select hash from messages where tenant = $1 and hash in (");
-        push_placeholders(&mut builder, 2, hashes.len());
-        builder.push(")");
-        let mut query = builder.build().persistent(false).bind(tenant.as_str());
-        for hash in hashes {
-            query = query.bind(hash.to_hex());
-        }
-        let rows = query.fetch_all(&self.pool).await?;
+        let rows = sqlx::query(STORED_HASHES.text(self.backend))
+            .bind(tenant.as_str())
+            .bind(hash_rows(hashes)?)
+            .fetch_all(&self.pool)
+            .await?;
         let found = rows
             .iter()
             .map(|row| hash_column(row, "hash"))
@@ -113,9 +111,9 @@ impl Store {
         let mut tx = self.begin_write().await?;
         let mut inserted = 0;
         for chunk in rows.chunks(INSERT_CHUNK) {
-            inserted += insert_rows(&mut tx, chunk, created_at).await?;
+            inserted += insert_rows(&mut tx, self.backend, chunk, created_at).await?;
         }
-        record_requests_on(&mut tx, records).await?;
+        record_requests_on(&mut tx, self.backend, records).await?;
         tx.commit().await?;
         Ok(inserted)
     }
@@ -152,28 +150,76 @@ fn rows_in_lock_order<'a>(batches: &[MessageBatch<'a>]) -> Vec<Row<'a>> {
 
 async fn insert_rows(
     connection: &mut AnyConnection,
+    backend: Backend,
     rows: &[Row<'_>],
     created_at: i64,
 ) -> Result<u64> {
-    let mut builder = QueryBuilder::<Any>::new(
-        "insert into messages (tenant, hash, parent, position, role, body, bytes, \
-         token_estimate, label, created_at) values ",
-    );
-    push_row_placeholders(&mut builder, 1, rows.len(), MESSAGE_COLUMNS);
-    builder.push(" on conflict (tenant, hash) do nothing");
-    let mut query = builder.build().persistent(false);
-    for (tenant, label, message) in rows {
-        query = query
-            .bind(tenant.as_str())
-            .bind(message.hash.to_hex())
-            .bind(message.parent.as_ref().map(ChainHash::to_hex))
-            .bind(message.position)
-            .bind(message.role.as_str())
-            .bind(message.body.as_str())
-            .bind(i64::try_from(message.body.len()).unwrap_or(i64::MAX))
-            .bind(message.token_estimate)
-            .bind(*label)
-            .bind(created_at);
-    }
-    Ok(query.execute(&mut *connection).await?.rows_affected())
+    let rows: Vec<MessageRow<'_>> = rows
+        .iter()
+        .map(|(tenant, label, message)| MessageRow {
+            tenant: tenant.as_str(),
+            hash: &message.hash,
+            parent: &message.parent,
+            position: message.position,
+            role: &message.role,
+            body: &message.body,
+            bytes: i64::try_from(message.body.len()).unwrap_or(i64::MAX),
+            token_estimate: message.token_estimate,
+            label: *label,
+        })
+        .collect();
+    let inserted = sqlx::query(INSERT_MESSAGES.text(backend))
+        .bind(json_rows(&rows)?)
+        .bind(created_at)
+        .execute(&mut *connection)
+        .await?;
+    Ok(inserted.rows_affected())
 }
+
+/// A message row as [`INSERT_MESSAGES`] reads it.
+#[derive(Serialize)]
+struct MessageRow<'a> {
+    tenant: &'a str,
+    #[serde(serialize_with = "hex")]
+    hash: &'a ChainHash,
+    #[serde(serialize_with = "optional_hex")]
+    parent: &'a Option<ChainHash>,
+    position: i64,
+    role: &'a str,
+    body: &'a str,
+    bytes: i64,
+    token_estimate: i64,
+    label: Option<&'a str>,
+}
+
+/// The columns of [`MessageRow`], in the table's order.
+const MESSAGE_COLUMNS: [Column; 9] = [
+    ("tenant", "text"),
+    ("hash", "text"),
+    ("parent", "text"),
+    ("position", "bigint"),
+    ("role", "text"),
+    ("body", "text"),
+    ("bytes", "bigint"),
+    ("token_estimate", "bigint"),
+    ("label", "text"),
+];
+
+/// Inserts the rows bound as `$1`, all created at `$2`.
+static INSERT_MESSAGES: BatchStatement = BatchStatement::new(|backend| {
+    format!(
+        "insert into messages (tenant, hash, parent, position, role, body, bytes, \
+         token_estimate, label, created_at) select {}, $2 from {} where true \
+         on conflict (tenant, hash) do nothing",
+        source_columns(&MESSAGE_COLUMNS),
+        rows_source(backend, 1, &MESSAGE_COLUMNS),
+    )
+});
+
+/// Which of the hashes bound as `$2` tenant `$1` has stored.
+static STORED_HASHES: BatchStatement = BatchStatement::new(|backend| {
+    format!(
+        "select hash from messages where tenant = $1 and hash in (select r.hash from {})",
+        rows_source(backend, 2, &HASH_COLUMN),
+    )
+});

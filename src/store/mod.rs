@@ -16,6 +16,7 @@ mod compactions;
 mod connect;
 mod conversations;
 mod degradable;
+mod json_rows;
 mod leases;
 mod lifecycle;
 mod limits;

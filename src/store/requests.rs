@@ -2,11 +2,13 @@
 //! the per-conversation row the list reads, both written in the background
 //! after the response.
 
-use super::rows::{hash_column, push_placeholders, push_row_placeholders};
-use super::{Result, Store};
+use super::json_rows::{hex, json_rows, rows_source, source_columns, BatchStatement, Column};
+use super::rows::hash_column;
+use super::{Backend, Result, Store};
 use crate::conversation::{ChainHash, TenantId};
+use serde::Serialize;
 use sqlx::any::AnyRow;
-use sqlx::{Any, AnyConnection, FromRow, QueryBuilder, Row};
+use sqlx::{AnyConnection, FromRow, Row};
 use std::collections::HashMap;
 
 /// Request rows kept per conversation: enough for a day-long agent session's
@@ -57,13 +59,20 @@ pub struct RequestPoint {
     pub status: i64,
 }
 
-/// Rolls a batch's requests of one conversation into its row: counts are
-/// added, `branches` arrives as one plus the new branches seen.
-const UPSERT_CONVERSATIONS: &str = "\
-insert into conversations (tenant, root, label, head, messages, branches, requests, compactions,
-    tokens, window_tokens, model, pruned_at, last_activity, created_at) values ";
+/// Rolls a batch's requests of one conversation, bound as `$1`, into its
+/// row: counts are added, `branches` arrives as one plus the new branches
+/// seen.
+static UPSERT_CONVERSATIONS: BatchStatement = BatchStatement::new(|backend| {
+    format!(
+        "insert into conversations (tenant, root, label, head, messages, branches, requests, \
+         compactions, tokens, window_tokens, model, last_activity, created_at) \
+         select {} from {} where true {UPSERT_CONVERSATIONS_CONFLICT}",
+        source_columns(&CONVERSATION_COLUMNS),
+        rows_source(backend, 1, &CONVERSATION_COLUMNS),
+    )
+});
 
-const UPSERT_CONVERSATIONS_CONFLICT: &str = " \
+const UPSERT_CONVERSATIONS_CONFLICT: &str = "\
 on conflict (tenant, root) do update set
     label = coalesce(excluded.label, conversations.label),
     branches = conversations.branches + excluded.branches - 1,
@@ -84,19 +93,69 @@ on conflict (tenant, root) do update set
         then excluded.last_activity else conversations.last_activity end
 returning tenant, root, requests";
 
-/// Columns bound per conversation row, in placeholder order.
-const CONVERSATION_COLUMNS: usize = 14;
+/// The columns of [`ConversationRow`], in the statement's order.
+const CONVERSATION_COLUMNS: [Column; 13] = [
+    ("tenant", "text"),
+    ("root", "text"),
+    ("label", "text"),
+    ("head", "text"),
+    ("messages", "bigint"),
+    ("branches", "bigint"),
+    ("requests", "bigint"),
+    ("compactions", "bigint"),
+    ("tokens", "bigint"),
+    ("window_tokens", "bigint"),
+    ("model", "text"),
+    ("last_activity", "bigint"),
+    ("created_at", "bigint"),
+];
 
-const INSERT_REQUESTS: &str = "\
-insert into requests (tenant, root, id, head, messages, model, upstream, status, sent_bytes,
-    estimated_tokens, upstream_input_tokens, window_tokens, compacted_messages, compactions,
-    overflows, compaction_error, degraded, created_at) values ";
+/// The stored head of each conversation bound as `$1`.
+static STORED_HEADS: BatchStatement = BatchStatement::new(|backend| {
+    format!(
+        "select tenant, root, head, messages from conversations \
+         where (tenant, root) in (select r.tenant, r.root from {})",
+        rows_source(backend, 1, &CONVERSATION_COLUMNS[..2]),
+    )
+});
 
-/// Columns bound per request row, in placeholder order.
-const REQUEST_COLUMNS: usize = 18;
+/// Inserts the request rows bound as `$1`.
+static INSERT_REQUESTS: BatchStatement = BatchStatement::new(|backend| {
+    format!(
+        "insert into requests (tenant, root, id, head, messages, model, upstream, status, \
+         sent_bytes, estimated_tokens, upstream_input_tokens, window_tokens, \
+         compacted_messages, compactions, overflows, compaction_error, degraded, created_at) \
+         select {} from {}",
+        source_columns(&REQUEST_COLUMNS),
+        rows_source(backend, 1, &REQUEST_COLUMNS),
+    )
+});
 
-/// Rows per multi-row statement: under every backend's parameter limit.
-const ROWS_PER_STATEMENT: usize = 100;
+/// The columns of [`RequestRow`], in the table's order.
+const REQUEST_COLUMNS: [Column; 18] = [
+    ("tenant", "text"),
+    ("root", "text"),
+    ("id", "text"),
+    ("head", "text"),
+    ("messages", "bigint"),
+    ("model", "text"),
+    ("upstream", "text"),
+    ("status", "bigint"),
+    ("sent_bytes", "bigint"),
+    ("estimated_tokens", "bigint"),
+    ("upstream_input_tokens", "bigint"),
+    ("window_tokens", "bigint"),
+    ("compacted_messages", "bigint"),
+    ("compactions", "bigint"),
+    ("overflows", "bigint"),
+    ("compaction_error", "text"),
+    ("degraded", "bigint"),
+    ("created_at", "bigint"),
+];
+
+/// Rows per batch statement: a batch of many conversations is a few
+/// statements of bounded size.
+const ROWS_PER_STATEMENT: usize = 500;
 
 /// Keeps the newest [`REQUESTS_KEPT`] rows of one conversation.
 const PRUNE_REQUESTS: &str = "\
@@ -127,7 +186,7 @@ impl Store {
     #[tracing::instrument(name = "store.record_request", level = "debug", skip_all)]
     pub async fn record_request(&self, record: &RequestRecord) -> Result<()> {
         let mut connection = self.pool.acquire().await?;
-        record_requests_on(&mut connection, std::slice::from_ref(record)).await
+        record_requests_on(&mut connection, self.backend, std::slice::from_ref(record)).await
     }
 
     /// The stored requests of one conversation, oldest first.
@@ -169,6 +228,7 @@ impl Rollup<'_> {
 /// figures are for people; a lost update costs one point of a chart.
 pub(super) async fn record_requests_on(
     connection: &mut AnyConnection,
+    backend: Backend,
     records: &[RequestRecord],
 ) -> Result<()> {
     let mut rollups = rollups(records);
@@ -176,13 +236,13 @@ pub(super) async fn record_requests_on(
         return Ok(());
     }
     for chunk in rollups.chunks_mut(ROWS_PER_STATEMENT) {
-        count_branches(connection, chunk).await?;
-        let totals = upsert_conversations(connection, chunk).await?;
+        count_branches(connection, backend, chunk).await?;
+        let totals = upsert_conversations(connection, backend, chunk).await?;
         prune_requests(connection, chunk, &totals).await?;
     }
     let recorded: Vec<&RequestRecord> = rollups.iter().flat_map(|r| r.records.clone()).collect();
     for chunk in recorded.chunks(ROWS_PER_STATEMENT) {
-        insert_requests(connection, chunk).await?;
+        insert_requests(connection, backend, chunk).await?;
     }
     Ok(())
 }
@@ -216,24 +276,24 @@ fn rollups(records: &[RequestRecord]) -> Vec<Rollup<'_>> {
 /// A request branched when its chain does not pass through the head the
 /// conversation had before it: the stored head for the first request of
 /// the batch, the previous request's for the others.
-async fn count_branches(connection: &mut AnyConnection, rollups: &mut [Rollup<'_>]) -> Result<()> {
-    let mut builder = QueryBuilder::<Any>::new(
-        "select tenant, root, head, messages from conversations where (tenant, root) in (",
-    );
-    for index in 0..rollups.len() {
-        builder.push(if index > 0 { ", (" } else { "(" });
-        push_placeholders(&mut builder, 1 + index * 2, 2);
-        builder.push(")");
-    }
-    builder.push(")");
-    let mut query = builder.build().persistent(false);
-    for rollup in rollups.iter() {
-        query = query
-            .bind(rollup.tenant.as_str())
-            .bind(rollup.root.to_hex());
-    }
+async fn count_branches(
+    connection: &mut AnyConnection,
+    backend: Backend,
+    rollups: &mut [Rollup<'_>],
+) -> Result<()> {
+    let keys: Vec<ConversationKey<'_>> = rollups
+        .iter()
+        .map(|rollup| ConversationKey {
+            tenant: rollup.tenant.as_str(),
+            root: &rollup.root,
+        })
+        .collect();
+    let rows = sqlx::query(STORED_HEADS.text(backend))
+        .bind(json_rows(&keys)?)
+        .fetch_all(&mut *connection)
+        .await?;
     let mut stored = HashMap::new();
-    for row in query.fetch_all(&mut *connection).await? {
+    for row in rows {
         let tenant: String = row.try_get("tenant")?;
         let root = hash_column(&row, "root")?;
         let head = hash_column(&row, "head")?;
@@ -257,44 +317,72 @@ async fn count_branches(connection: &mut AnyConnection, rollups: &mut [Rollup<'_
 /// Returns each conversation's request count after the update.
 async fn upsert_conversations(
     connection: &mut AnyConnection,
+    backend: Backend,
     rollups: &[Rollup<'_>],
 ) -> Result<HashMap<(String, ChainHash), i64>> {
-    let mut builder = QueryBuilder::<Any>::new(UPSERT_CONVERSATIONS);
-    push_row_placeholders(&mut builder, 1, rollups.len(), CONVERSATION_COLUMNS);
-    builder.push(UPSERT_CONVERSATIONS_CONFLICT);
-    let mut query = builder.build().persistent(false);
-    for rollup in rollups {
-        let newest = rollup.newest();
-        let label = rollup.records.iter().rev().find_map(|r| r.label.as_deref());
-        let window = rollup.records.iter().rev().find_map(|r| r.window_tokens);
-        let compactions: i64 = rollup.records.iter().map(|r| r.compactions).sum();
-        let tokens = newest
-            .upstream_input_tokens
-            .unwrap_or(newest.estimated_tokens);
-        let head = newest.chain.last().unwrap_or(&rollup.root);
-        query = query
-            .bind(rollup.tenant.as_str())
-            .bind(rollup.root.to_hex())
-            .bind(label)
-            .bind(head.to_hex())
-            .bind(newest.chain.len() as i64 - 1)
-            .bind(1 + rollup.branched)
-            .bind(rollup.records.len() as i64)
-            .bind(compactions)
-            .bind(tokens)
-            .bind(window)
-            .bind(newest.model.as_str())
-            .bind(None::<i64>)
-            .bind(newest.arrived_at_ms)
-            .bind(rollup.records[0].arrived_at_ms);
-    }
+    let rows: Vec<ConversationRow<'_>> = rollups.iter().map(ConversationRow::of).collect();
+    let updated = sqlx::query(UPSERT_CONVERSATIONS.text(backend))
+        .bind(json_rows(&rows)?)
+        .fetch_all(&mut *connection)
+        .await?;
     let mut totals = HashMap::new();
-    for row in query.fetch_all(&mut *connection).await? {
+    for row in updated {
         let tenant: String = row.try_get("tenant")?;
         let root = hash_column(&row, "root")?;
         totals.insert((tenant, root), row.try_get::<i64, _>("requests")?);
     }
     Ok(totals)
+}
+
+/// A conversation's key, as [`STORED_HEADS`] reads it.
+#[derive(Serialize)]
+struct ConversationKey<'a> {
+    tenant: &'a str,
+    #[serde(serialize_with = "hex")]
+    root: &'a ChainHash,
+}
+
+/// A conversation's row, as [`UPSERT_CONVERSATIONS`] reads it.
+#[derive(Serialize)]
+struct ConversationRow<'a> {
+    tenant: &'a str,
+    #[serde(serialize_with = "hex")]
+    root: &'a ChainHash,
+    label: Option<&'a str>,
+    #[serde(serialize_with = "hex")]
+    head: &'a ChainHash,
+    messages: i64,
+    branches: i64,
+    requests: i64,
+    compactions: i64,
+    tokens: i64,
+    window_tokens: Option<i64>,
+    model: &'a str,
+    last_activity: i64,
+    created_at: i64,
+}
+
+impl<'a> ConversationRow<'a> {
+    fn of(rollup: &'a Rollup<'a>) -> Self {
+        let newest = rollup.newest();
+        Self {
+            tenant: rollup.tenant.as_str(),
+            root: &rollup.root,
+            label: rollup.records.iter().rev().find_map(|r| r.label.as_deref()),
+            head: newest.chain.last().unwrap_or(&rollup.root),
+            messages: newest.chain.len() as i64 - 1,
+            branches: 1 + rollup.branched,
+            requests: rollup.records.len() as i64,
+            compactions: rollup.records.iter().map(|r| r.compactions).sum(),
+            tokens: newest
+                .upstream_input_tokens
+                .unwrap_or(newest.estimated_tokens),
+            window_tokens: rollup.records.iter().rev().find_map(|r| r.window_tokens),
+            model: &newest.model,
+            last_activity: newest.arrived_at_ms,
+            created_at: rollup.records[0].arrived_at_ms,
+        }
+    }
 }
 
 /// Drops a conversation's oldest request rows once it passes
@@ -323,33 +411,69 @@ async fn prune_requests(
     Ok(())
 }
 
-async fn insert_requests(connection: &mut AnyConnection, records: &[&RequestRecord]) -> Result<()> {
-    let mut builder = QueryBuilder::<Any>::new(INSERT_REQUESTS);
-    push_row_placeholders(&mut builder, 1, records.len(), REQUEST_COLUMNS);
-    let mut query = builder.build().persistent(false);
-    for record in records {
-        let root = record.chain[0];
-        let head = record.chain.last().unwrap_or(&root);
-        query = query
-            .bind(record.tenant.as_str())
-            .bind(root.to_hex())
-            .bind(record.id.to_string())
-            .bind(head.to_hex())
-            .bind(record.chain.len() as i64 - 1)
-            .bind(record.model.as_str())
-            .bind(record.upstream.as_str())
-            .bind(record.status)
-            .bind(record.sent_bytes)
-            .bind(record.estimated_tokens)
-            .bind(record.upstream_input_tokens)
-            .bind(record.window_tokens)
-            .bind(record.compacted_messages)
-            .bind(record.compactions)
-            .bind(record.overflows)
-            .bind(record.compaction_error.as_deref())
-            .bind(i64::from(record.degraded))
-            .bind(record.arrived_at_ms);
-    }
-    query.execute(&mut *connection).await?;
+async fn insert_requests(
+    connection: &mut AnyConnection,
+    backend: Backend,
+    records: &[&RequestRecord],
+) -> Result<()> {
+    let rows: Vec<RequestRow<'_>> = records
+        .iter()
+        .map(|record| RequestRow::of(record))
+        .collect();
+    sqlx::query(INSERT_REQUESTS.text(backend))
+        .bind(json_rows(&rows)?)
+        .execute(&mut *connection)
+        .await?;
     Ok(())
+}
+
+/// A request's row, as [`INSERT_REQUESTS`] reads it.
+#[derive(Serialize)]
+struct RequestRow<'a> {
+    tenant: &'a str,
+    #[serde(serialize_with = "hex")]
+    root: &'a ChainHash,
+    id: String,
+    #[serde(serialize_with = "hex")]
+    head: &'a ChainHash,
+    messages: i64,
+    model: &'a str,
+    upstream: &'a str,
+    status: i64,
+    sent_bytes: i64,
+    estimated_tokens: i64,
+    upstream_input_tokens: Option<i64>,
+    window_tokens: Option<i64>,
+    compacted_messages: Option<i64>,
+    compactions: i64,
+    overflows: i64,
+    compaction_error: Option<&'a str>,
+    degraded: i64,
+    created_at: i64,
+}
+
+impl<'a> RequestRow<'a> {
+    fn of(record: &'a RequestRecord) -> Self {
+        let root = &record.chain[0];
+        Self {
+            tenant: record.tenant.as_str(),
+            root,
+            id: record.id.to_string(),
+            head: record.chain.last().unwrap_or(root),
+            messages: record.chain.len() as i64 - 1,
+            model: &record.model,
+            upstream: &record.upstream,
+            status: record.status,
+            sent_bytes: record.sent_bytes,
+            estimated_tokens: record.estimated_tokens,
+            upstream_input_tokens: record.upstream_input_tokens,
+            window_tokens: record.window_tokens,
+            compacted_messages: record.compacted_messages,
+            compactions: record.compactions,
+            overflows: record.overflows,
+            compaction_error: record.compaction_error.as_deref(),
+            degraded: i64::from(record.degraded),
+            created_at: record.arrived_at_ms,
+        }
+    }
 }

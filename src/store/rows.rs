@@ -1,5 +1,5 @@
 //! Small pieces every query module shares: numbered placeholders for the few
-//! dynamic statements, the clock, and decoding hashes out of rows.
+//! dynamic statements left, the clock, and decoding hashes out of rows.
 
 use crate::conversation::ChainHash;
 use sqlx::any::AnyRow;
@@ -22,20 +22,6 @@ pub(super) fn push_placeholders(builder: &mut QueryBuilder<'_, Any>, first: usiz
         }
         builder.push("$");
         builder.push(first + index);
-    }
-}
-
-/// Appends `($first, …), ($first+columns, …), …` for a multi-row insert.
-pub(super) fn push_row_placeholders(
-    builder: &mut QueryBuilder<'_, Any>,
-    first: usize,
-    rows: usize,
-    columns: usize,
-) {
-    for row in 0..rows {
-        builder.push(if row > 0 { ", (" } else { "(" });
-        push_placeholders(builder, first + row * columns, columns);
-        builder.push(")");
     }
 }
 
@@ -81,12 +67,5 @@ mod tests {
         push_placeholders(&mut builder, 2, 3);
         builder.push(")");
         assert_eq!(builder.sql(), "in ($2, $3, $4)");
-    }
-
-    #[test]
-    fn row_placeholders_advance_by_the_column_count() {
-        let mut builder = QueryBuilder::<Any>::new("values ");
-        push_row_placeholders(&mut builder, 1, 2, 2);
-        assert_eq!(builder.sql(), "values ($1, $2), ($3, $4)");
     }
 }

@@ -9,6 +9,7 @@ both_backends!(
     a_long_conversation_stores_each_message_once,
     tenants_with_identical_messages_get_separate_rows,
     an_edit_shares_the_prefix_and_starts_a_branch,
+    stored_text_is_exactly_the_text_written,
 );
 
 async fn a_long_conversation_stores_each_message_once(backend: TestBackend) {
@@ -96,4 +97,51 @@ async fn an_edit_shares_the_prefix_and_starts_a_branch(backend: TestBackend) {
     assert_eq!(edited.hashes()[..3], original.hashes()[..3]);
     assert_eq!(new, 8);
     assert_eq!(db.count("select count(*) from messages").await, 19);
+}
+
+/// Rows travel to the database as one JSON text per batch: whatever a body
+/// or a label holds (quotes, backslashes, escapes that are text, control
+/// characters, any script) is stored as it was, in batches larger than any
+/// one statement's.
+async fn stored_text_is_exactly_the_text_written(backend: TestBackend) {
+    let db = TestDb::new(backend).await;
+    let store = db.store().await;
+    let awkward = [
+        r#"{"role":"user","content":"say \"hi\" and \\ then \u0000 \ud83d\ude00"}"#,
+        "{\"role\":\"assistant\",\n\t\"content\":\"Zürich → 東京 😀 'quoted' $1 ?\"}",
+        r#"{"role":"user","content":"value ->> 'hash' as hash; drop table messages; --"}"#,
+    ];
+    let bodies: Vec<String> = (0..1_200)
+        .map(|index| format!("{}{index}", awkward[index % awkward.len()]))
+        .collect();
+    let chain = Chain::new("key-a", &bodies);
+    let label = "build \"müde\" \\ 'x' 😀";
+
+    let written = store
+        .insert_messages(&chain.tenant, Some(label), &chain.messages)
+        .await
+        .expect("insert");
+
+    assert_eq!(written, 1_201);
+    let pool = db.pool().await;
+    let stored: Vec<(String, Option<String>, String, String)> = sqlx::query_as(
+        "select body, label, hash, parent from messages where position > 0 order by position",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("read back");
+    assert_eq!(stored.len(), bodies.len());
+    for ((body, stored_label, hash, parent), message) in stored.iter().zip(&chain.messages[1..]) {
+        assert_eq!(body, &message.body);
+        assert_eq!(stored_label.as_deref(), Some(label));
+        assert_eq!(hash, &message.hash.to_hex());
+        assert_eq!(Some(parent.clone()), message.parent.map(|p| p.to_hex()));
+    }
+    assert_eq!(
+        store
+            .stored_prefix_len(&chain.tenant, &chain.hashes())
+            .await
+            .expect("prefix"),
+        1_201
+    );
 }
