@@ -6,6 +6,9 @@ identical.json  a system prompt (the one bench/loadgen's generated
 history.json  a 200-message tool-using agent conversation of about 800 KB:
               a system prompt, then rounds of user ask -> assistant tool call
               -> tool result (file contents, the bulk) -> assistant answer.
+history-responses.json  the same conversation as an OpenAI Responses body,
+              as Codex CLI sends it: instructions, then input items, a
+              reasoning item before each tool call.
 
 Usage: python3 make_bodies.py OUT_DIR
 """
@@ -86,6 +89,25 @@ def history(target_messages=200, tool_result_bytes=15_500):
     return {"model": MODEL, "messages": messages, "tools": tools}
 
 
+def responses_history(chat):
+    """The chat history `chat` as a Responses body (input items)."""
+    messages = chat["messages"]
+    items = []
+    for index, message in enumerate(messages[1:]):
+        role = message["role"]
+        if role == "tool":
+            items.append({"type": "function_call_output", "call_id": message["tool_call_id"], "output": message["content"]})
+        elif message.get("tool_calls"):
+            items.append({"type": "reasoning", "id": f"rs_{index:04d}", "summary": [], "encrypted_content": "gAAAAB" + "x" * 400})
+            for call in message["tool_calls"]:
+                items.append({"type": "function_call", "call_id": call["id"], "name": call["function"]["name"], "arguments": call["function"]["arguments"]})
+        else:
+            kind = "output_text" if role == "assistant" else "input_text"
+            items.append({"type": "message", "role": role, "content": [{"type": kind, "text": message["content"]}]})
+    tools = [{"type": "function", "name": "read_file", "parameters": chat["tools"][0]["function"]["parameters"]}]
+    return {"model": MODEL, "instructions": messages[0]["content"], "input": items, "tools": tools, "store": False}
+
+
 def main():
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
@@ -108,6 +130,7 @@ def main():
     (out / "history.json").write_text(json.dumps(body))
     size = (out / "history.json").stat().st_size
     print(f"history.json: {len(body['messages'])} messages, {size / 1000:.0f} KB")
+    (out / "history-responses.json").write_text(json.dumps(responses_history(body)))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@
 use bytes::Bytes;
 use condenser::conversation::{memo::DEFAULT_CAPACITY, ChainMemo};
 use condenser::pipeline::identify;
+use condenser::protocol::responses::{self, Responses};
 use condenser::protocol::{Adapter, ChatRequest, Protocol};
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
@@ -64,8 +65,8 @@ impl Measurement for ThreadCpuTime {
 }
 
 /// Runs `bench/make_bodies.py` into the target directory and reads its
-/// history body.
-fn history_body() -> Vec<u8> {
+/// history body, `history.json` or `history-responses.json`.
+fn history_body(name: &str) -> Vec<u8> {
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-bodies");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/make_bodies.py");
     let status = Command::new("python3")
@@ -74,7 +75,7 @@ fn history_body() -> Vec<u8> {
         .status()
         .expect("python3 runs bench/make_bodies.py");
     assert!(status.success(), "bench/make_bodies.py failed");
-    std::fs::read(out.join("history.json")).expect("history.json written")
+    std::fs::read(out.join(name)).expect("history bodies written")
 }
 
 fn headers() -> HeaderMap {
@@ -111,7 +112,9 @@ fn serialized(adapter: &dyn Adapter, request: &ChatRequest, messages: usize) -> 
 
 fn bench_identify(c: &mut Criterion<ThreadCpuTime>) {
     let adapter = Protocol::Openai.adapter();
-    let request = adapter.parse(&history_body()).expect("the history parses");
+    let request = adapter
+        .parse(&history_body("history.json"))
+        .expect("the history parses");
     let count = request.message_count();
     let body = serialized(adapter, &request, count);
     let headers = headers();
@@ -207,9 +210,39 @@ fn bench_identify(c: &mut Criterion<ThreadCpuTime>) {
     group.finish();
 }
 
+/// The same history as a Responses body (Codex CLI's API): its units are
+/// outlined as spans of several items.
+fn bench_responses(c: &mut Criterion<ThreadCpuTime>) {
+    let adapter: &dyn Adapter = &Responses;
+    let body = Bytes::from(history_body("history-responses.json"));
+    let headers = headers();
+    let warm = ChainMemo::new(DEFAULT_CAPACITY);
+    identify(adapter, &headers, &body, Some(&warm));
+
+    let mut group = c.benchmark_group("responses_history");
+    group.bench_function("memo_resent", |b| {
+        b.iter(|| identify(adapter, &headers, black_box(&body), Some(&warm)))
+    });
+    group.bench_function("whole_parse_memo_resent", |b| {
+        b.iter(|| {
+            let outline = responses::parse_whole(black_box(&body)).expect("parses");
+            identify::conversation(adapter, b"salt", &headers, outline, Some(&warm))
+                .map(|(_, conversation)| conversation.chain.len())
+        })
+    });
+    group.bench_function("outline", |b| {
+        b.iter(|| {
+            adapter
+                .outline(black_box(body.clone()))
+                .map(|r| r.message_count())
+        })
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().with_measurement(ThreadCpuTime);
-    targets = bench_identify
+    targets = bench_identify, bench_responses
 }
 criterion_main!(benches);

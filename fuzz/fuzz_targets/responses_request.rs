@@ -1,6 +1,7 @@
-//! A client's OpenAI Responses body: parse, canonicalize, plan.
+//! A client's OpenAI Responses body: parse, canonicalize, plan, and the
+//! outline's units against a whole parse.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    condenser_fuzz::chat_request(&condenser::protocol::responses::Responses, data);
+    condenser_fuzz::responses_request(data);
 });

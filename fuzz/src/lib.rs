@@ -47,6 +47,26 @@ pub fn chat_request(adapter: &dyn Adapter, data: &[u8]) {
     check_plan(&items, data);
 }
 
+/// A Responses body: as [`chat_request`], and its units, outlined as
+/// spans of items, must be what grouping the parsed items gives.
+pub fn responses_request(data: &[u8]) {
+    let adapter = &condenser::protocol::responses::Responses;
+    chat_request(adapter, data);
+    let whole = condenser::protocol::responses::parse_whole(data).and_then(|o| o.parse_all());
+    match (whole, adapter.parse(data)) {
+        (Some(whole), Some(outlined)) => {
+            assert_eq!(outlined.messages(), whole.messages());
+            assert_eq!(outlined.system(), whole.system());
+            assert_eq!(outlined.body, whole.body);
+            assert_eq!((&outlined.model, outlined.stream), (&whole.model, whole.stream));
+        }
+        (Some(_), None) => panic!("a body that parses whole is outlined"),
+        // Items nested deeper than serde_json parses in a whole body can
+        // parse one by one.
+        (None, _) => {}
+    }
+}
+
 /// The proxy identifies a body from its outline, parsing only what its
 /// memo has not seen: that must give the request and chain a whole parse
 /// gives, the first time and when the body is sent again, and a request

@@ -346,24 +346,30 @@ mod tests {
     /// and then they are the messages sent.
     #[test]
     fn a_resent_history_is_not_parsed_until_needed() {
-        let memo = ChainMemo::new(100);
-        let headers = HeaderMap::new();
-        let adapter = Protocol::Openai.adapter();
-        let body = r#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"a"},{"role":"assistant","content":"b"}]}"#;
-        let identify = || {
-            super::conversation(adapter, b"", &headers, outline(adapter, body), Some(&memo))
-                .expect("parses")
-        };
-        let (first, conversation) = identify();
-        let (again, same) = identify();
-        assert_eq!(same.chain, conversation.chain);
-        assert!(
-            first.has_parsed_messages(),
-            "first sight parses each message"
-        );
-        assert!(!again.has_parsed_messages(), "re-sent: found by its bytes");
-        let parsed = adapter.parse(body.as_bytes()).expect("parses");
-        assert_eq!(again.messages(), parsed.messages());
-        assert_eq!(again.system(), parsed.system());
+        let chat = r#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"a"},{"role":"assistant","content":"b"}]}"#;
+        let responses = r#"{"model":"m","instructions":"s","input":[{"role":"user","content":"a"},{"type":"reasoning","id":"r"},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"b"}]}"#;
+        let responses_adapter: &dyn Adapter = &crate::protocol::responses::Responses;
+        for (adapter, body) in [
+            (Protocol::Openai.adapter(), chat),
+            (responses_adapter, responses),
+        ] {
+            let memo = ChainMemo::new(100);
+            let headers = HeaderMap::new();
+            let identify = || {
+                super::conversation(adapter, b"", &headers, outline(adapter, body), Some(&memo))
+                    .expect("parses")
+            };
+            let (first, conversation) = identify();
+            let (again, same) = identify();
+            assert_eq!(same.chain, conversation.chain);
+            assert!(
+                first.has_parsed_messages(),
+                "first sight parses each message"
+            );
+            assert!(!again.has_parsed_messages(), "re-sent: found by its bytes");
+            let parsed = adapter.parse(body.as_bytes()).expect("parses");
+            assert_eq!(again.messages(), parsed.messages());
+            assert_eq!(again.system(), parsed.system());
+        }
     }
 }

@@ -10,7 +10,7 @@ pub mod responses;
 use serde_json::Value;
 
 use bytes::Bytes;
-pub use request::{ChatRequest, Outline, Piece, SystemPart};
+pub use request::{ChatRequest, Outline, Piece, Span, SystemPart};
 use serde::Deserialize;
 
 /// Starts the inserted summary message, and lets a later compaction (and

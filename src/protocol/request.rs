@@ -48,8 +48,39 @@ pub struct ChatRequest {
 #[derive(Debug, Clone)]
 struct Lazy<T> {
     /// `None` when the value was given parsed.
-    spans: Option<Vec<Range<usize>>>,
+    spans: Option<Vec<Span>>,
     value: OnceLock<T>,
+}
+
+/// Where one message is in the body: one item of the list, or several
+/// items in a row that make one message (a Responses unit), which parse
+/// as an array of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Span {
+    Item(Range<usize>),
+    Items(Range<usize>),
+}
+
+impl Span {
+    /// The client's bytes: an item, or items with the commas between them.
+    fn bytes<'t>(&self, text: &'t [u8]) -> &'t [u8] {
+        match self {
+            Span::Item(range) | Span::Items(range) => &text[range.clone()],
+        }
+    }
+
+    fn parse(&self, text: &[u8]) -> serde_json::Result<Value> {
+        match self {
+            Span::Item(range) => serde_json::from_slice(&text[range.clone()]),
+            Span::Items(range) => {
+                let mut array = Vec::with_capacity(range.len() + 2);
+                array.push(b'[');
+                array.extend_from_slice(&text[range.clone()]);
+                array.push(b']');
+                serde_json::from_slice(&array)
+            }
+        }
+    }
 }
 
 impl<T> Lazy<T> {
@@ -60,14 +91,14 @@ impl<T> Lazy<T> {
         }
     }
 
-    fn spans(spans: Vec<Range<usize>>) -> Self {
+    fn spans(spans: Vec<Span>) -> Self {
         Self {
             spans: Some(spans),
             value: OnceLock::new(),
         }
     }
 
-    fn spans_or_none(&self) -> &[Range<usize>] {
+    fn spans_or_none(&self) -> &[Span] {
         self.spans.as_deref().unwrap_or_default()
     }
 }
@@ -165,23 +196,45 @@ impl Outline {
         list: &str,
         system: impl FnOnce(&Map<String, Value>, &[Range<usize>], &Bytes) -> SystemPart,
     ) -> Option<Self> {
-        let (body, items) = split(&text, list).ok()?;
-        let (model, stream) = model_and_stream(&body)?;
-        let mut items = items?;
-        let (system, items) = match system(&body, &items, &text) {
-            SystemPart::Value(value) => (Lazy::parsed(value), items),
+        let (body, items) = split(&text, list)?;
+        let items = items?;
+        let system = system(&body, &items, &text);
+        let mut items: Vec<Span> = items.into_iter().map(Span::Item).collect();
+        let system = match system {
+            SystemPart::Value(value) => Lazy::parsed(value),
             SystemPart::Leading(count) => {
                 let rest = items.split_off(count.min(items.len()));
-                (Lazy::spans(items), rest)
+                Lazy::spans(std::mem::replace(&mut items, rest))
             }
         };
+        Self::from_parts(text, body, system, items)
+    }
+
+    /// `text`, with its fields `body` (the list's place null), its system
+    /// part parsed, and its messages where `messages` says.
+    pub fn with_spans(
+        text: Bytes,
+        body: Map<String, Value>,
+        system: Value,
+        messages: Vec<Span>,
+    ) -> Option<Self> {
+        Self::from_parts(text, body, Lazy::parsed(system), messages)
+    }
+
+    fn from_parts(
+        text: Bytes,
+        body: Map<String, Value>,
+        system: Lazy<Value>,
+        messages: Vec<Span>,
+    ) -> Option<Self> {
+        let (model, stream) = model_and_stream(&body)?;
         Some(Self(ChatRequest {
             body,
             model,
             stream,
             text,
             system,
-            messages: Lazy::spans(items),
+            messages: Lazy::spans(messages),
         }))
     }
 
@@ -274,18 +327,15 @@ fn model_and_stream(body: &Map<String, Value>) -> Option<(String, bool)> {
     Some((model, stream))
 }
 
-fn pieces<'a>(text: &'a [u8], spans: &[Range<usize>]) -> Vec<Piece<'a>> {
+fn pieces<'a>(text: &'a [u8], spans: &[Span]) -> Vec<Piece<'a>> {
     spans
         .iter()
-        .map(|span| Piece::Text(&text[span.clone()]))
+        .map(|span| Piece::Text(span.bytes(text)))
         .collect()
 }
 
-fn parse_spans(text: &[u8], spans: &[Range<usize>]) -> serde_json::Result<Vec<Value>> {
-    spans
-        .iter()
-        .map(|span| serde_json::from_slice(&text[span.clone()]))
-        .collect()
+fn parse_spans(text: &[u8], spans: &[Span]) -> serde_json::Result<Vec<Value>> {
+    spans.iter().map(|span| span.parse(text)).collect()
 }
 
 fn try_message<'a>(
@@ -296,16 +346,17 @@ fn try_message<'a>(
     if let Some(parsed) = messages.value.get() {
         return Ok(Cow::Borrowed(&parsed[index]));
     }
-    serde_json::from_slice(&text[messages.spans_or_none()[index].clone()]).map(Cow::Owned)
+    messages.spans_or_none()[index].parse(text).map(Cow::Owned)
 }
 
 /// The fields of the object `text` (the one under `list` as null) and the
 /// spans of the array's items under `list`, `None` if absent. Repeated
 /// keys keep their first place and last value, as serde_json's map does.
-fn split(text: &[u8], list: &str) -> serde_json::Result<(Map<String, Value>, Option<Spans>)> {
+/// `None` when `text` is not a JSON object.
+pub fn split(text: &[u8], list: &str) -> Option<(Map<String, Value>, Option<Spans>)> {
     let mut deserializer = serde_json::Deserializer::from_slice(text);
-    let (body, items) = Fields { list }.deserialize(&mut deserializer)?;
-    deserializer.end()?;
+    let (body, items) = Fields { list }.deserialize(&mut deserializer).ok()?;
+    deserializer.end().ok()?;
     let base = text.as_ptr() as usize;
     let spans = items.map(|items| {
         items
@@ -316,7 +367,7 @@ fn split(text: &[u8], list: &str) -> serde_json::Result<(Map<String, Value>, Opt
             })
             .collect()
     });
-    Ok((body, spans))
+    Some((body, spans))
 }
 
 type Spans = Vec<Range<usize>>;

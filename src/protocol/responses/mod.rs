@@ -8,6 +8,7 @@
 //! `conversation`) are not parsed: Condenser cannot rewrite what it does not
 //! see, so they go upstream byte for byte.
 
+mod outline;
 mod text;
 mod units;
 
@@ -15,7 +16,9 @@ use super::openai::summary_text;
 use super::request::serialize_replacing;
 use super::{Adapter, ChatRequest, Outline, Protocol, ToolLinks, Trimmed, Usage};
 use bytes::Bytes;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
+
+pub use outline::parse_whole;
 
 pub struct Responses;
 
@@ -38,27 +41,10 @@ impl Adapter for Responses {
         Protocol::Openai
     }
 
-    /// Parsed whole: a message here is a unit of several items, which
-    /// are not spans of the body.
+    /// Each unit kept as the span of its items, as chat messages are
+    /// kept: a re-sent history costs a scan of its bytes, not a parse.
     fn outline(&self, body: Bytes) -> Option<Outline> {
-        let mut body: Map<String, Value> = serde_json::from_slice(&body).ok()?;
-        if STATEFUL
-            .iter()
-            .any(|key| body.get(*key).is_some_and(|v| !v.is_null()))
-        {
-            return None;
-        }
-        // Moved out, not copied: `build` puts them back in the same place.
-        let mut input = match body.get_mut("input")?.take() {
-            Value::Array(items) => items,
-            Value::String(text) => vec![json!({"role": "user", "content": text})],
-            _ => return None,
-        };
-        let leading = input.iter().take_while(|item| is_system_item(item)).count();
-        let rest = input.split_off(leading);
-        let instructions = body.get("instructions").cloned().unwrap_or(Value::Null);
-        let system = json!({"instructions": instructions, "input": input});
-        ChatRequest::from_body(body, system, units::group(rest)).map(Outline::parsed)
+        outline::outline(body)
     }
 
     fn build(&self, request: &ChatRequest, messages: &[&Value]) -> Vec<u8> {
@@ -187,11 +173,6 @@ impl Adapter for Responses {
         let kind = event.get("type").and_then(Value::as_str).unwrap_or("");
         PREAMBLE_EVENTS.contains(&kind)
     }
-}
-
-fn is_system_item(item: &Value) -> bool {
-    let role = item.get("role").and_then(Value::as_str).unwrap_or("");
-    units::item_type(item) == "message" && SYSTEM_ROLES.contains(&role)
 }
 
 #[cfg(test)]

@@ -141,3 +141,74 @@ fn no_safe_cut_parts_reasoning_from_its_item_or_a_call_from_its_output() {
         );
     }
 }
+
+/// The pieces identity digests: the client's bytes when outlined.
+fn piece_texts(outline: &Outline) -> Vec<String> {
+    outline
+        .message_pieces()
+        .iter()
+        .map(|piece| match piece {
+            crate::protocol::Piece::Text(text) => String::from_utf8_lossy(text).into_owned(),
+            crate::protocol::Piece::Parsed(_) => panic!("outlined bodies give their bytes"),
+        })
+        .collect()
+}
+
+#[test]
+fn units_are_outlined_as_their_items_bytes_and_parse_as_a_whole_parse_does() {
+    let body = br#"{"model": "m", "instructions": "be brief", "input": [
+        {"type": "message", "role": "developer", "content": "sandbox"},
+        {"role": "user", "content": "hi"},
+        {"type": "reasoning", "id": "rs_1", "encrypted_content": "gAAA"} ,
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "item_reference", "id": "x"},
+        {"type": 7, "role": null, "note": "a message by its role key"},
+        {"type": "function_call_output", "call_id": "c1", "output": "42"},
+        {"type": "reasoning", "id": "rs_2"}
+    ], "stream": true}"#;
+    let outline = Responses
+        .outline(Bytes::from_static(body))
+        .expect("outlined");
+    assert_eq!(
+        piece_texts(&outline),
+        [
+            r#"{"role": "user", "content": "hi"}"#,
+            "{\"type\": \"reasoning\", \"id\": \"rs_1\", \"encrypted_content\": \"gAAA\"} ,\n        \
+             {\"type\": \"function_call\", \"call_id\": \"c1\", \"name\": \"f\", \"arguments\": \"{}\"},\n        \
+             {\"type\": \"item_reference\", \"id\": \"x\"}",
+            r#"{"type": 7, "role": null, "note": "a message by its role key"}"#,
+            r#"{"type": "function_call_output", "call_id": "c1", "output": "42"}"#,
+            r#"{"type": "reasoning", "id": "rs_2"}"#,
+        ]
+    );
+    let outlined = outline.parse_all().expect("parses");
+    let whole = parse_whole(body)
+        .and_then(Outline::parse_all)
+        .expect("parses whole");
+    assert_eq!(outlined.messages(), whole.messages());
+    assert_eq!(outlined.system(), whole.system());
+    assert_eq!(outlined.body, whole.body);
+    assert_eq!((&outlined.model, outlined.stream), (&whole.model, true));
+    assert_eq!(Responses.tool_links(&outlined.messages()[1]).calls, ["c1"]);
+}
+
+#[test]
+fn bodies_the_outline_leaves_aside_are_read_as_a_whole_parse_reads_them() {
+    for body in [
+        json!({"model": "m", "input": "hello"}),
+        json!({"model": "m", "input": [{"role": "user", "content": "a"}, 42, ["b"]]}),
+        json!({"model": "m", "input": [{"role": "user", "content": "a"}], "previous_response_id": "r"}),
+        json!({"model": "m", "input": {"role": "user"}}),
+        json!({"model": "m"}),
+        json!({"input": []}),
+    ] {
+        let text = body.to_string();
+        let outlined = Responses.parse(text.as_bytes());
+        let whole = parse_whole(text.as_bytes()).and_then(Outline::parse_all);
+        assert_eq!(outlined.is_some(), whole.is_some(), "{body}");
+        if let (Some(outlined), Some(whole)) = (outlined, whole) {
+            assert_eq!(outlined.messages(), whole.messages());
+            assert_eq!(outlined.system(), whole.system());
+        }
+    }
+}

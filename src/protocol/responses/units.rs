@@ -11,6 +11,7 @@
 
 use crate::protocol::ToolLinks;
 use serde_json::Value;
+use std::ops::Range;
 
 /// Item types whose pairing Condenser understands; every other type is
 /// opaque and stays with the unit before it.
@@ -32,8 +33,7 @@ pub fn item_type(item: &Value) -> &str {
     }
 }
 
-fn is_known(item: &Value) -> bool {
-    let kind = item_type(item);
+fn is_known(kind: &str) -> bool {
     KNOWN.contains(&kind) || is_call(kind) || is_output(kind)
 }
 
@@ -56,30 +56,41 @@ pub fn items(unit: &Value) -> &[Value] {
 
 /// Groups `input` (after the system part) into units.
 pub fn group(input: Vec<Value>) -> Vec<Value> {
-    let mut units: Vec<Vec<Value>> = Vec::new();
-    let mut reasoning: Vec<Value> = Vec::new();
-    for item in input {
-        if item_type(&item) == "reasoning" {
-            reasoning.push(item);
-        } else if !reasoning.is_empty() {
-            reasoning.push(item);
-            units.push(std::mem::take(&mut reasoning));
-        } else if let (false, Some(last)) = (is_known(&item), units.last_mut()) {
-            last.push(item);
-        } else {
-            units.push(vec![item]);
-        }
-    }
-    if !reasoning.is_empty() {
-        units.push(reasoning);
-    }
-    units
-        .into_iter()
-        .map(|mut unit| match unit.len() {
-            1 => unit.pop().unwrap_or_default(),
-            _ => Value::Array(unit),
+    let runs = runs(input.iter().map(item_type));
+    let mut input = input.into_iter();
+    runs.into_iter()
+        .map(|run| {
+            let mut unit: Vec<Value> = input.by_ref().take(run.len()).collect();
+            match unit.len() {
+                1 => unit.pop().unwrap_or_default(),
+                _ => Value::Array(unit),
+            }
         })
         .collect()
+}
+
+/// The units of items of these types, in order: each a run of items.
+pub fn runs<'k>(kinds: impl IntoIterator<Item = &'k str>) -> Vec<Range<usize>> {
+    let mut units: Vec<Range<usize>> = Vec::new();
+    // Where the reasoning items waiting for their following item start.
+    let mut reasoning = None;
+    let mut count = 0;
+    for (index, kind) in kinds.into_iter().enumerate() {
+        count = index + 1;
+        if kind == "reasoning" {
+            reasoning.get_or_insert(index);
+        } else if let Some(start) = reasoning.take() {
+            units.push(start..index + 1);
+        } else if let (false, Some(last)) = (is_known(kind), units.last_mut()) {
+            last.end = index + 1;
+        } else {
+            units.push(index..index + 1);
+        }
+    }
+    if let Some(start) = reasoning {
+        units.push(start..count);
+    }
+    units
 }
 
 /// The calls a unit makes and the outputs it carries, by `call_id`.
