@@ -1,6 +1,7 @@
 //! OpenAI Chat Completions.
 
-use super::request::{role_of, serialize_replacing};
+use super::head::role_of;
+use super::request::serialize_replacing;
 use super::{
     elide_middle, with_text_content, Adapter, ChatRequest, Outline, Protocol, SystemPart,
     ToolLinks, Trimmed, Usage, SUMMARY_MARKER,
@@ -23,7 +24,7 @@ impl Adapter for OpenAi {
     fn outline(&self, body: Bytes) -> Option<Outline> {
         Outline::read(body, "messages", |_, items, text| {
             let is_system =
-                |span: &Range<usize>| SYSTEM_ROLES.contains(&role_of(&text[span.clone()]).as_ref());
+                |span: &Range<usize>| SYSTEM_ROLES.contains(&role_of(&text[span.clone()]).as_str());
             SystemPart::Leading(items.iter().take_while(|span| is_system(span)).count())
         })
     }

@@ -22,7 +22,6 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -308,19 +307,6 @@ pub enum SystemPart {
     Leading(usize),
 }
 
-/// The `role` of an item span, as `message.get("role")?.as_str()` would
-/// read it (the last of repeated keys; `""` for anything but a string),
-/// without parsing the rest of the item.
-pub fn role_of(text: &[u8]) -> Cow<'_, str> {
-    let Ok(fields) = serde_json::from_slice::<BTreeMap<Cow<'_, str>, &RawValue>>(text) else {
-        return Cow::Borrowed("");
-    };
-    fields
-        .get("role")
-        .and_then(|role| Cow::<str>::deserialize(*role).ok())
-        .unwrap_or(Cow::Borrowed(""))
-}
-
 fn model_and_stream(body: &Map<String, Value>) -> Option<(String, bool)> {
     let model = body.get("model")?.as_str()?.to_string();
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
@@ -353,7 +339,7 @@ fn try_message<'a>(
 /// spans of the array's items under `list`, `None` if absent. Repeated
 /// keys keep their first place and last value, as serde_json's map does.
 /// `None` when `text` is not a JSON object.
-pub fn split(text: &[u8], list: &str) -> Option<(Map<String, Value>, Option<Spans>)> {
+pub(crate) fn split(text: &[u8], list: &str) -> Option<(Map<String, Value>, Option<Spans>)> {
     let mut deserializer = serde_json::Deserializer::from_slice(text);
     let (body, items) = Fields { list }.deserialize(&mut deserializer).ok()?;
     deserializer.end().ok()?;

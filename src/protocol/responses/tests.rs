@@ -193,8 +193,13 @@ fn units_are_outlined_as_their_items_bytes_and_parse_as_a_whole_parse_does() {
 }
 
 #[test]
-fn bodies_the_outline_leaves_aside_are_read_as_a_whole_parse_reads_them() {
+fn unusual_bodies_are_read_as_a_whole_parse_reads_them() {
+    // serde_json's value parse reads an object whose first key is this
+    // marker as the JSON text in its value.
+    let marker = "$serde_json::private::RawValue";
     for body in [
+        json!({"model": "m", "input": [{"type": "message", "role": {marker: "\"developer\""}, "content": "s"}, {"role": "user", "content": "a"}]}),
+        json!({"model": "m", "input": [{"role": "user", "content": "a"}, {marker: "{\"type\":\"reasoning\"}"}, {"role": "user", "content": "b"}]}),
         json!({"model": "m", "input": "hello"}),
         json!({"model": "m", "input": [{"role": "user", "content": "a"}, 42, ["b"]]}),
         json!({"model": "m", "input": [{"role": "user", "content": "a"}], "previous_response_id": "r"}),

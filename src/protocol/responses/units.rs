@@ -25,10 +25,18 @@ const KNOWN: &[&str] = &[
 ];
 
 pub fn item_type(item: &Value) -> &str {
-    match item.get("type").and_then(Value::as_str) {
+    kind_of(
+        item.get("type").and_then(Value::as_str),
+        item.get("role").is_some(),
+    )
+}
+
+/// An item's type from its `type` (when a string) and whether it has a
+/// `role`: the short form `{"role": …, "content": …}` is a message.
+pub fn kind_of(kind: Option<&str>, has_role: bool) -> &str {
+    match kind {
         Some(kind) => kind,
-        // The short form `{"role": …, "content": …}` is a message.
-        None if item.get("role").is_some() => "message",
+        None if has_role => "message",
         None => "",
     }
 }
