@@ -7,7 +7,7 @@ use condenser::conversation::ChainMemo;
 use condenser::pipeline::identify;
 use condenser::protocol::{Adapter, ChatRequest};
 use http::HeaderMap;
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// Parse, canonicalize and plan, as the pipeline does with a chat body.
 pub fn chat_request(adapter: &dyn Adapter, data: &[u8]) {
@@ -32,7 +32,10 @@ pub fn chat_request(adapter: &dyn Adapter, data: &[u8]) {
         .iter()
         .map(|message| {
             let canonical = adapter.canonical(message);
-            serde_json::from_slice::<Value>(&canonical).expect("canonical form is JSON");
+            // Checked as JSON text, not parsed into a value: canonical
+            // forms sort keys, so serde_json's raw-value marker may come
+            // first in an object, which the value parse reads its own way.
+            serde_json::from_slice::<Box<RawValue>>(&canonical).expect("canonical form is JSON");
             let _ = adapter.transcript_entry(message);
             let _ = adapter.role(message);
             if let Some(trimmed) = adapter.trim_tool_result(message, canonical.len() / 3) {
