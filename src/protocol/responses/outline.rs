@@ -13,12 +13,6 @@ use crate::protocol::{ChatRequest, Outline, Span};
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
-fn is_stateful(body: &Map<String, Value>) -> bool {
-    STATEFUL
-        .iter()
-        .any(|key| body.get(*key).is_some_and(|v| !v.is_null()))
-}
-
 /// The outline of `body` with its units as spans; `None` when it is no
 /// conversation Condenser can handle, and `parse_whole` when `input` is
 /// not an array (a string is one user message).
@@ -80,6 +74,12 @@ pub fn parse_whole(body: &[u8]) -> Option<Outline> {
     let instructions = body.get("instructions").cloned().unwrap_or(Value::Null);
     let system = json!({"instructions": instructions, "input": input});
     ChatRequest::from_body(body, system, units::group(rest)).map(Outline::parsed)
+}
+
+fn is_stateful(body: &Map<String, Value>) -> bool {
+    STATEFUL
+        .iter()
+        .any(|key| body.get(*key).is_some_and(|v| !v.is_null()))
 }
 
 fn is_system_item(item: &Value) -> bool {
