@@ -45,7 +45,11 @@ pub fn handle() -> PrometheusHandle {
 
 /// HELP lines, so a scrape explains itself.
 fn describe() {
-    use metrics::{describe_counter, describe_histogram, Unit};
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_gauge!(
+        "condenser_client_connections",
+        "Client connections open, by event loop (server.event_loops)."
+    );
     describe_counter!(
         "condenser_http_requests_total",
         "Requests served, by route kind, method and status."
