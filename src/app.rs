@@ -17,8 +17,6 @@
 
 use crate::config::{ServerSettings, Settings};
 use crate::error::ProxyErrorLog;
-use crate::http::loops::{Dispatch, EventLoops};
-use crate::http::{router, serve};
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::Request;
@@ -29,7 +27,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, RequestId, SetRequestIdLayer};
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutBody};
@@ -37,9 +34,11 @@ use tower_http::trace::TraceLayer;
 
 pub struct Application {
     listener: TcpListener,
-    state: AppState,
+    router: Router,
     server: ServerSettings,
     shutdown_grace: Duration,
+    background: tokio_util::task::TaskTracker,
+    writer: crate::store::Writer,
 }
 
 impl Application {
@@ -50,11 +49,15 @@ impl Application {
         let server = settings.server.clone();
         let state = AppState::new(settings).await?;
         crate::maintenance::spawn(&state.storage, &state.settings.storage);
+        let background = state.background.clone();
+        let writer = state.writer.clone();
         Ok(Self {
+            writer,
             listener,
-            state,
+            router: with_layers(crate::http::router(state), &server),
             server,
             shutdown_grace,
+            background,
         })
     }
 
@@ -68,57 +71,32 @@ impl Application {
         self.local_addr().port()
     }
 
-    /// Serves on `server.event_loops` loops, this runtime's among them,
-    /// until `shutdown` resolves; then lets in-flight requests (and
+    /// Serves until `shutdown` resolves, then lets in-flight requests (and
     /// streams) and their background work (persisting what they carried)
     /// finish, for at most the configured grace period in all.
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> anyhow::Result<()> {
-        let Self {
-            listener,
-            state,
-            server,
-            shutdown_grace: grace,
-        } = self;
-        let stop = CancellationToken::new();
+    ) -> std::io::Result<()> {
         let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
-        let signal = {
-            let stop = stop.clone();
-            async move {
-                shutdown.await;
-                tracing::info!(
-                    grace_seconds = grace.as_secs_f64(),
-                    "shutting down: draining requests"
-                );
-                stop.cancel();
-                let _ = stopping_tx.send(());
-            }
-        };
-        let permits = crate::http::serve::connection_permits(&server);
-        let (dispatch, mut inboxes) = Dispatch::new(server.event_loop_count());
-        let own_inbox = inboxes.remove(0);
-        let others = inboxes
-            .into_iter()
-            .map(|inbox| {
-                let state = state.for_another_event_loop()?;
-                Ok((with_layers(router(state), &server), inbox))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let mut others = EventLoops::start(others, &server)?;
-        let own_router = with_layers(router(state.clone()), &server);
-        let drained = async move {
-            tokio::join!(
-                serve::accept_until(listener, permits, dispatch, stop.cancelled()),
-                serve::serve_connections(own_inbox, own_router, &server),
+        let grace = self.shutdown_grace;
+        let signal = async move {
+            shutdown.await;
+            tracing::info!(
+                grace_seconds = grace.as_secs_f64(),
+                "shutting down: draining requests"
             );
-            others.drained().await;
-            state.background.close();
-            state.background.wait().await;
+            let _ = stopping_tx.send(());
+        };
+        let background = self.background.clone();
+        let writer = self.writer.clone();
+        let drained = async move {
+            crate::http::serve::serve(self.listener, self.router, &self.server, signal).await;
+            background.close();
+            background.wait().await;
             // The requests are done; what they queued is written before exit.
-            state.writer.flush().await;
-            drop(others);
+            writer.flush().await;
+            Ok(())
         };
         let deadline = async move {
             match stopping_rx.await {
@@ -127,7 +105,7 @@ impl Application {
             }
         };
         tokio::select! {
-            ((), ()) = async { tokio::join!(signal, drained) } => Ok(()),
+            served = drained => served,
             () = deadline => {
                 tracing::warn!("shutdown grace period over: closing the remaining connections");
                 Ok(())
@@ -135,7 +113,7 @@ impl Application {
         }
     }
 
-    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
         self.run_until(shutdown_signal()).await
     }
 }

@@ -45,11 +45,7 @@ pub fn handle() -> PrometheusHandle {
 
 /// HELP lines, so a scrape explains itself.
 fn describe() {
-    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
-    describe_gauge!(
-        "condenser_client_connections",
-        "Client connections open, by event loop (server.event_loops)."
-    );
+    use metrics::{describe_counter, describe_histogram, Unit};
     describe_counter!(
         "condenser_http_requests_total",
         "Requests served, by route kind, method and status."

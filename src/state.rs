@@ -61,27 +61,6 @@ impl AppState {
     }
 }
 
-impl AppState {
-    /// The state another event loop serves with: everything shared but the
-    /// upstream client, because pooled connections are driven by the
-    /// runtime that opened them, and a loop should not wake another thread
-    /// to use one.
-    pub fn for_another_event_loop(&self) -> anyhow::Result<Self> {
-        let settings = &self.settings;
-        Ok(Self(Arc::new(Shared {
-            upstream: UpstreamClient::new(&settings.timeouts, settings.max_body_bytes)?,
-            settings: settings.clone(),
-            routes: self.routes.clone(),
-            overflow: self.overflow.clone(),
-            storage: self.storage.clone(),
-            sizes: self.sizes.clone(),
-            background: self.background.clone(),
-            writer: self.writer.clone(),
-            chain_memo: self.chain_memo.clone(),
-        })))
-    }
-}
-
 impl std::ops::Deref for AppState {
     type Target = Shared;
 

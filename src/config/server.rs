@@ -17,10 +17,6 @@ pub struct ServerSettings {
     /// Client connections open at once; more wait in the listen backlog.
     #[serde(default = "max_connections")]
     pub max_connections: usize,
-    /// Threads serving clients, each with its own single-threaded runtime
-    /// and upstream connections; unset, one per core.
-    #[serde(default)]
-    pub event_loops: Option<usize>,
 }
 
 /// hyper's own default, which only takes effect with a timer set.
@@ -42,36 +38,17 @@ impl Default for ServerSettings {
             header_read_timeout: header_read_timeout(),
             body_read_timeout: body_read_timeout(),
             max_connections: max_connections(),
-            event_loops: None,
         }
     }
 }
 
-/// Far more threads than cores only adds switching between them.
-const MAX_EVENT_LOOPS: usize = 256;
-
 impl ServerSettings {
-    /// The configured count, or one per core the process may use.
-    pub fn event_loop_count(&self) -> usize {
-        self.event_loops.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-        })
-    }
-
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         if self.max_connections == 0 {
             return Err(ConfigError::invalid(
                 "server.max_connections",
                 "must be at least 1",
             ));
-        }
-        if let Some(loops) = self.event_loops {
-            if !(1..=MAX_EVENT_LOOPS).contains(&loops) {
-                return Err(ConfigError::invalid(
-                    "server.event_loops",
-                    format!("must be between 1 and {MAX_EVENT_LOOPS}"),
-                ));
-            }
         }
         for (key, value) in [
             ("server.header_read_timeout", self.header_read_timeout),

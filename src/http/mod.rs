@@ -1,7 +1,6 @@
 //! Step 1 of the data flow, "accept / route".
 
 mod guard;
-pub mod loops;
 pub mod ops;
 pub mod passthrough;
 pub mod routes;

@@ -15,7 +15,6 @@
 //! The body read timeout is a layer in `app.rs`: it ends a request, not a
 //! connection.
 
-use super::loops::{Dispatch, Handed, Inbox};
 use crate::config::ServerSettings;
 use axum::extract::Request;
 use axum::Router;
@@ -34,39 +33,24 @@ use tower::ServiceExt;
 /// the database pool, log files, the runtime.
 const RESERVED_FDS: u64 = 64;
 
-/// Client connections that may be open at once, shared by every event
-/// loop.
-pub fn connection_permits(settings: &ServerSettings) -> Arc<Semaphore> {
-    Arc::new(Semaphore::new(connection_cap(settings.max_connections)))
-}
-
-/// Accepts connections until `shutdown` resolves and hands each to an
-/// event loop; dropping `loops` then tells every loop no more will come.
-pub async fn accept_until(
+/// Serves `router` until `shutdown` resolves, then waits for the open
+/// connections to finish their requests.
+pub async fn serve(
     listener: TcpListener,
-    permits: Arc<Semaphore>,
-    loops: Dispatch,
+    router: Router,
+    settings: &ServerSettings,
     shutdown: impl Future<Output = ()>,
 ) {
+    let permits = Arc::new(Semaphore::new(connection_cap(settings.max_connections)));
+    let builder = Arc::new(builder(settings.header_read_timeout));
+    let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
             () = &mut shutdown => break,
             accepted = accept(&listener, &permits) => accepted,
         };
-        if let Some((stream, permit)) = accepted {
-            loops.hand_over(stream, permit);
-        }
-    }
-}
-
-/// Serves the connections handed to this loop until no more will come,
-/// then waits for them to finish their requests.
-pub async fn serve_connections(mut inbox: Inbox, router: Router, settings: &ServerSettings) {
-    let builder = Arc::new(builder(settings.header_read_timeout));
-    let graceful = GracefulShutdown::new();
-    while let Some(Handed { stream, held }) = inbox.recv().await {
-        let Ok(stream) = tokio::net::TcpStream::from_std(stream) else {
+        let Some((stream, permit)) = accepted else {
             continue;
         };
         let first_request = Arc::new(Notify::new());
@@ -81,10 +65,11 @@ pub async fn serve_connections(mut inbox: Inbox, router: Router, settings: &Serv
         let connection = graceful.watch(connection);
         let timeout = settings.header_read_timeout;
         tokio::spawn(async move {
-            let _held = held;
+            let _permit = permit;
             first_request_within(connection, &first_request, timeout).await;
         });
     }
+    drop(listener);
     graceful.shutdown().await;
 }
 
