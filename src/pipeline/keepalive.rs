@@ -71,7 +71,10 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
 
 fn commit_early(work: Work, interval: Duration, adapter: &'static dyn Adapter) -> Response {
     let (sender, receiver) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
-    tokio::spawn(feed(work, sender, interval, adapter).in_current_span());
+    // Tracked: after a client hangs up, this task alone finishes the
+    // compaction, and shutdown must wait for it as for any other.
+    let background = work.background().clone();
+    background.spawn(feed(work, sender, interval, adapter).in_current_span());
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(receiver));
     let mut response = Response::new(body);
     let headers = response.headers_mut();

@@ -44,6 +44,13 @@ impl Work {
     }
 }
 
+impl Work {
+    /// Where work that outlives its handler runs, so shutdown waits for it.
+    pub fn background(&self) -> &TaskTracker {
+        &self.background
+    }
+}
+
 impl Future for Work {
     type Output = Finished;
 

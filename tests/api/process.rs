@@ -107,6 +107,88 @@ async fn sigterm_lets_an_in_flight_stream_finish() {
     assert!(status.success());
 }
 
+/// A streaming client that waited on a summary through keep-alives and
+/// hung up: SIGTERM still waits for the summary, so the next process
+/// reuses it rather than paying for another.
+// Two workers: the fake upstream answers the summary while this test
+// blocks on the process's exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_waits_for_a_compaction_whose_streaming_client_left() {
+    let fake = FakeUpstream::start(FakeConfig {
+        summary_delay: Duration::from_secs(2),
+        summary_marker: Some(condenser::protocol::SUMMARY_MARKER.into()),
+        default_context_window: 2_000,
+        ..FakeConfig::default()
+    })
+    .await;
+    let store = tempfile::tempdir().expect("temp dir");
+    let database_url = format!("sqlite://{}/condenser.db", store.path().display());
+    let upstream = fake.openai_base_url();
+    let env = [
+        ("CONDENSER_OPENAI_BASE_URL", upstream.as_str()),
+        ("DATABASE_URL", database_url.as_str()),
+        ("CONDENSER__COMPACTION__KEEPALIVE_INTERVAL", "200ms"),
+    ];
+    let mut request = long_conversation("Be brief. (left)");
+    request["stream"] = true.into();
+    let mut proxy = ProxyProcess::start(&env);
+    let mut response = reqwest::Client::new()
+        .post(proxy.url("/v1/chat/completions"))
+        .bearer_auth(OPENAI_KEY)
+        .json(&request)
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(response.headers()["x-condenser-compacting"], "streamed");
+    let first = response
+        .chunk()
+        .await
+        .expect("reads")
+        .expect("a keep-alive");
+    assert!(first.starts_with(b": condenser is compacting"), "{first:?}");
+    drop(response);
+    proxy.signal("TERM");
+    let status = proxy
+        .wait_exit(Duration::from_secs(20))
+        .expect("exits after the summary");
+    assert!(status.success());
+    let summaries = fake.summary_requests().len();
+    assert!(summaries >= 1, "the compaction asked for a summary");
+
+    let proxy = ProxyProcess::start(&env);
+    request["stream"] = false.into();
+    let retry = reqwest::Client::new()
+        .post(proxy.url("/v1/chat/completions"))
+        .bearer_auth(OPENAI_KEY)
+        .json(&request)
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(retry.status(), 200);
+    assert_eq!(
+        retry.headers()["x-condenser-compactions"],
+        "0",
+        "the summary written during shutdown is reused"
+    );
+    assert_eq!(
+        fake.summary_requests().len(),
+        summaries,
+        "no new summary call"
+    );
+}
+
+/// Twelve turns of 900 bytes: more than a 2,000-token window.
+fn long_conversation(system: &str) -> serde_json::Value {
+    let mut messages = vec![serde_json::json!({"role": "system", "content": system})];
+    for turn in 0..12 {
+        let text = crate::helpers::agent::filler(900, turn);
+        messages.push(serde_json::json!({"role": "user", "content": text}));
+        messages.push(serde_json::json!({"role": "assistant", "content": "Noted."}));
+    }
+    messages.push(serde_json::json!({"role": "user", "content": "Sum it up."}));
+    serde_json::json!({"model": "gpt-4o-mini", "messages": messages})
+}
+
 #[test]
 fn healthcheck_succeeds_against_a_running_instance_and_fails_without_one() {
     let proxy = ProxyProcess::start(&[]);
@@ -149,21 +231,15 @@ async fn every_log_line_of_a_compacted_request_carries_its_request_id() {
     .await;
     let proxy = ProxyProcess::start(&[("CONDENSER_OPENAI_BASE_URL", &fake.openai_base_url())]);
     let client = reqwest::Client::new();
-    let mut messages = vec![serde_json::json!({"role": "system", "content": "Be brief."})];
-    for turn in 0..12 {
-        let text = crate::helpers::agent::filler(900, turn);
-        messages.push(serde_json::json!({"role": "user", "content": text}));
-        messages.push(serde_json::json!({"role": "assistant", "content": "Noted."}));
-    }
-    messages.push(serde_json::json!({"role": "user", "content": "Sum it up."}));
     for (id, stream) in [("logs-plain", false), ("logs-stream", true)] {
         // A conversation of its own, so each request compacts.
-        messages[0]["content"] = format!("Be brief. ({id})").into();
+        let mut request = long_conversation(&format!("Be brief. ({id})"));
+        request["stream"] = stream.into();
         let response = client
             .post(proxy.url("/v1/chat/completions"))
             .bearer_auth(OPENAI_KEY)
             .header("x-request-id", id)
-            .json(&serde_json::json!({"model": "gpt-4o-mini", "messages": messages, "stream": stream}))
+            .json(&request)
             .send()
             .await
             .expect("answers");
