@@ -132,13 +132,7 @@ async fn sigterm_waits_for_a_compaction_whose_streaming_client_left() {
     let mut request = long_conversation("Be brief. (left)");
     request["stream"] = true.into();
     let mut proxy = ProxyProcess::start(&env);
-    let mut response = reqwest::Client::new()
-        .post(proxy.url("/v1/chat/completions"))
-        .bearer_auth(OPENAI_KEY)
-        .json(&request)
-        .send()
-        .await
-        .expect("answers");
+    let mut response = post_chat(&proxy, &request).await;
     assert_eq!(response.headers()["x-condenser-compacting"], "streamed");
     let first = response
         .chunk()
@@ -157,13 +151,7 @@ async fn sigterm_waits_for_a_compaction_whose_streaming_client_left() {
 
     let proxy = ProxyProcess::start(&env);
     request["stream"] = false.into();
-    let retry = reqwest::Client::new()
-        .post(proxy.url("/v1/chat/completions"))
-        .bearer_auth(OPENAI_KEY)
-        .json(&request)
-        .send()
-        .await
-        .expect("answers");
+    let retry = post_chat(&proxy, &request).await;
     assert_eq!(retry.status(), 200);
     assert_eq!(
         retry.headers()["x-condenser-compactions"],
@@ -175,6 +163,16 @@ async fn sigterm_waits_for_a_compaction_whose_streaming_client_left() {
         summaries,
         "no new summary call"
     );
+}
+
+async fn post_chat(proxy: &ProxyProcess, request: &serde_json::Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(proxy.url("/v1/chat/completions"))
+        .bearer_auth(OPENAI_KEY)
+        .json(request)
+        .send()
+        .await
+        .expect("answers")
 }
 
 /// Twelve turns of 900 bytes: more than a 2,000-token window.
