@@ -303,6 +303,8 @@ struct Stats {
     service: Histogram<u64>,
     lag: Histogram<u64>,
     ok: u64,
+    /// Of `ok`, answers the proxy served without storing.
+    degraded: u64,
     status_errors: u64,
     transport_errors: u64,
     abandoned: u64,
@@ -321,6 +323,7 @@ impl Stats {
             service: histogram(),
             lag: histogram(),
             ok: 0,
+            degraded: 0,
             status_errors: 0,
             transport_errors: 0,
             abandoned: 0,
@@ -335,6 +338,7 @@ impl Stats {
         self.service.add(&other.service).expect("same bounds");
         self.lag.add(&other.lag).expect("same bounds");
         self.ok += other.ok;
+        self.degraded += other.degraded;
         self.status_errors += other.status_errors;
         self.transport_errors += other.transport_errors;
         self.abandoned += other.abandoned;
@@ -403,7 +407,9 @@ async fn connect(target: &Target, stats: &mut Stats) -> Option<http1::SendReques
 }
 
 enum Outcome {
-    Ok,
+    /// A 2xx answer; `degraded` when the proxy said it did not store the
+    /// request (`x-condenser-degraded`): served, but not the work measured.
+    Ok { degraded: bool },
     Status(u16),
     Transport(String),
 }
@@ -427,8 +433,9 @@ async fn exchange(
         Err(error) => return Outcome::Transport(error.to_string()),
     };
     let status = response.status();
+    let degraded = response.headers().contains_key("x-condenser-degraded");
     match response.into_body().collect().await {
-        Ok(_) if status.is_success() => Outcome::Ok,
+        Ok(_) if status.is_success() => Outcome::Ok { degraded },
         Ok(_) => Outcome::Status(status.as_u16()),
         Err(error) => Outcome::Transport(error.to_string()),
     }
@@ -482,8 +489,9 @@ async fn worker(
         stats.service.saturating_record(micros(done - sent));
         stats.lag.saturating_record(micros(sent - job.scheduled));
         match outcome {
-            Ok(Outcome::Ok) => {
+            Ok(Outcome::Ok { degraded }) => {
                 stats.ok += 1;
+                stats.degraded += u64::from(degraded);
                 stats.last_ok = Some(done);
             }
             Ok(Outcome::Status(status)) => {
@@ -646,6 +654,7 @@ fn main() -> Result<(), String> {
         "connections": args.connections,
         "scheduled": scheduled,
         "ok": stats.ok,
+        "degraded": stats.degraded,
         "errors": errors,
         "status_errors": stats.status_errors,
         "transport_errors": stats.transport_errors,
