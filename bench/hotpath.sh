@@ -4,14 +4,16 @@
 # and every target side by side: the upstream itself, nginx as a plain
 # reverse proxy, Condenser on SQLite and on Postgres (and a baseline build).
 # Workloads: identical small bodies, growing agent conversations, a large
-# re-sent history. See "Hot-path benchmark" in bench/README.md.
+# re-sent history, and the growing conversations' bodies on a route Condenser
+# forwards without reading them (its floor: the HTTP hop alone). See
+# "Hot-path benchmark" in bench/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DURATION="${DURATION:-10}"            # seconds per fixed-rate row
 RATES="${RATES:-200 1000 2000}"       # req/s for identical and growing
 HISTORY_RATE="${HISTORY_RATE:-20}"
-WORKLOADS="${WORKLOADS:-identical growing history}"
+WORKLOADS="${WORKLOADS:-identical growing history passthrough}"
 CONNECTIONS="${CONNECTIONS:-64}"      # keep-alive connections of the load generator
 WARMUP="${WARMUP:-1}"                 # seconds, before every row, not measured
 MAX_SEARCH="${MAX_SEARCH:-1}"         # 0: skip the maximum-rate search
@@ -186,21 +188,29 @@ body_args() { # workload
   case "$1" in
     identical) echo "--workload fixed --body $work/identical.json" ;;
     history) echo "--workload fixed --body $work/history.json" ;;
-    growing) echo "--workload growing --reply" ;;
+    growing | passthrough) echo "--workload growing --reply" ;;
+  esac
+}
+# The passthrough workload posts the growing bodies to a route Condenser
+# relays unread: what its HTTP stack costs before any work of its own.
+path_of() { # workload
+  case "$1" in
+    passthrough) echo /v1/embeddings ;;
+    *) echo /v1/chat/completions ;;
   esac
 }
 load() { # workload target rate seconds out [loadgen args...]
   local workload="$1" port; port="$(cat "$work/$2.port")"
   local args; read -ra args <<<"$(body_args "$workload")"
   # shellcheck disable=SC2206 # GROWING_ARGS: loadgen flags, word-split on purpose
-  [ "$workload" = growing ] && args+=("$REPLY" ${GROWING_ARGS:-})
-  "$loadgen" --url "http://127.0.0.1:$port/v1/chat/completions" --rate "$3" --duration "$4" \
+  case "$workload" in growing | passthrough) args+=("$REPLY" ${GROWING_ARGS:-}) ;; esac
+  "$loadgen" --url "http://127.0.0.1:$port$(path_of "$workload")" --rate "$3" --duration "$4" \
     --connections "$CONNECTIONS" "${args[@]}" "${@:6}" >"$5" 2>>"$work/loadgen.err"
 }
 scheduled() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["scheduled"])' "$1"; }
 row() { # workload target rate phase seconds; appends one line to $work/rows.jsonl
   local workload="$1" target="$2" rate="$3" phase="$4" seconds="$5" extra=()
-  if [ "$workload" = growing ]; then
+  if [ "$workload" = growing ] || [ "$workload" = passthrough ]; then
     # Warm-up: one request per conversation (the first sight of each
     # conversation's staggered history); the measured run continues them.
     local seed="$RANDOM$RANDOM"
