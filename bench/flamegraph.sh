@@ -7,8 +7,10 @@
 #   bench/flamegraph.sh [BINARY] [OUT_PREFIX]
 #
 # Writes OUT_PREFIX-identical.svg (1.5 KB body at IDENTICAL_RATE req/s),
-# OUT_PREFIX-growing.svg (200 growing conversations at GROWING_RATE) and
-# OUT_PREFIX-history.svg (the 804 KB history body at HISTORY_RATE).
+# OUT_PREFIX-growing.svg (200 growing conversations at GROWING_RATE),
+# OUT_PREFIX-history.svg (the 804 KB history body at HISTORY_RATE) and
+# OUT_PREFIX-passthrough.svg (the growing bodies on /v1/embeddings, relayed
+# unread: the HTTP stack alone). GRAPHS picks some of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +23,7 @@ HISTORY_RATE="${HISTORY_RATE:-20}"
 PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
 PG_PARAMS="${PG_PARAMS:-}"  # query of Condenser's DATABASE_URL, e.g. sslmode=disable
 TITLE="${TITLE:-$BIN}"
+GRAPHS="${GRAPHS:-identical growing history passthrough}"
 
 command -v perf >/dev/null || { echo "flamegraph: needs perf (linux-perf)" >&2; exit 1; }
 if ! command -v inferno-flamegraph >/dev/null; then
@@ -52,10 +55,9 @@ binary="$(realpath "$BIN")"
 condenser=$!
 pids+=($condenser)
 wait_port "$port"
-url="http://127.0.0.1:$port/v1/chat/completions"
-
-graph() { # name rate loadgen-args...
-  local name="$1" rate="$2"; shift 2
+graph() { # name rate path loadgen-args...
+  local name="$1" rate="$2" url="http://127.0.0.1:$port$3"; shift 3
+  case " $GRAPHS " in *" $name "*) ;; *) return 0 ;; esac
   # Warm-up: the conversations are stored before the profile starts.
   target/release/loadgen --url "$url" --rate "$rate" --duration 2 "$@" >/dev/null
   psql -q "$PGURL/$database" -c analyze >/dev/null
@@ -72,6 +74,8 @@ graph() { # name rate loadgen-args...
   echo "flamegraph: wrote $OUT-$name.svg" >&2
 }
 
-graph identical "$IDENTICAL_RATE" --workload fixed --body "$work/identical.json"
-graph growing "$GROWING_RATE" --workload growing --seed "$$"
-graph history "$HISTORY_RATE" --workload fixed --body "$work/history.json"
+chat=/v1/chat/completions
+graph identical "$IDENTICAL_RATE" "$chat" --workload fixed --body "$work/identical.json"
+graph growing "$GROWING_RATE" "$chat" --workload growing --seed "$$"
+graph history "$HISTORY_RATE" "$chat" --workload fixed --body "$work/history.json"
+graph passthrough "$GROWING_RATE" /v1/embeddings --workload growing --seed "$$"

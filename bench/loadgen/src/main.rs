@@ -409,7 +409,9 @@ async fn connect(target: &Target, stats: &mut Stats) -> Option<http1::SendReques
 enum Outcome {
     /// A 2xx answer; `degraded` when the proxy said it did not store the
     /// request (`x-condenser-degraded`): served, but not the work measured.
-    Ok { degraded: bool },
+    Ok {
+        degraded: bool,
+    },
     Status(u16),
     Transport(String),
 }
