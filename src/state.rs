@@ -48,7 +48,9 @@ impl AppState {
             background.clone(),
         );
         Ok(Self(Arc::new(Shared {
-            routes: Arc::new(RouteTable::from_settings(&settings)),
+            routes: Arc::new(
+                RouteTable::from_settings(&settings).context("parsing the upstream base URLs")?,
+            ),
             settings: Arc::new(settings),
             upstream,
             overflow: Arc::new(overflow),

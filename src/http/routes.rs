@@ -6,14 +6,39 @@ use crate::config::Settings;
 use crate::protocol::responses::Responses;
 use crate::protocol::{Adapter, Protocol};
 use http::{HeaderMap, Method};
+use reqwest::Url;
 use std::sync::Arc;
 
 #[derive(Debug)]
 pub struct Upstream {
     pub name: String,
-    /// Without a trailing slash.
-    pub base_url: String,
+    /// Parsed once: a request's URL is this one with its path and query
+    /// set, so the scheme and host are not parsed again per request.
+    base_url: Url,
     pub protocol: Protocol,
+}
+
+impl Upstream {
+    fn new(name: &str, base_url: &str, protocol: Protocol) -> Result<Arc<Self>, url::ParseError> {
+        let mut base_url = Url::parse(base_url)?;
+        let path = base_url.path().trim_end_matches('/').to_owned();
+        base_url.set_path(&path);
+        Ok(Arc::new(Self {
+            name: name.into(),
+            base_url,
+            protocol,
+        }))
+    }
+
+    /// This upstream's URL for `path` (appended to the base URL's own
+    /// path) and `query`.
+    fn url(&self, path: &str, query: Option<&str>) -> Url {
+        let mut url = self.base_url.clone();
+        let base_path = url.path().trim_end_matches('/');
+        url.set_path(&format!("{base_path}{path}"));
+        url.set_query(query);
+        url
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +57,7 @@ pub struct Route {
     pub upstream: Arc<Upstream>,
     pub endpoint: Endpoint,
     /// Full upstream URL, query string included.
-    pub url: String,
+    pub url: Url,
 }
 
 impl Route {
@@ -55,34 +80,29 @@ pub struct RouteTable {
 }
 
 impl RouteTable {
-    pub fn from_settings(settings: &Settings) -> Self {
-        let upstream = |name: &str, base_url: &str, protocol| {
-            Arc::new(Upstream {
-                name: name.into(),
-                base_url: base_url.trim_end_matches('/').into(),
-                protocol,
-            })
-        };
-        let mut prefixed: Vec<_> = settings
+    /// Fails only on a base URL that does not parse, which validated
+    /// settings never hold.
+    pub fn from_settings(settings: &Settings) -> Result<Self, url::ParseError> {
+        let mut prefixed = settings
             .upstreams
             .iter()
             .map(|u| {
-                (
+                Ok((
                     u.path_prefix.clone(),
-                    upstream(&u.name, &u.base_url, u.protocol),
-                )
+                    Upstream::new(&u.name, &u.base_url, u.protocol)?,
+                ))
             })
-            .collect();
+            .collect::<Result<Vec<_>, url::ParseError>>()?;
         prefixed.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
-        Self {
-            openai: upstream("openai", &settings.openai_base_url, Protocol::Openai),
-            anthropic: upstream(
+        Ok(Self {
+            openai: Upstream::new("openai", &settings.openai_base_url, Protocol::Openai)?,
+            anthropic: Upstream::new(
                 "anthropic",
                 &settings.anthropic_base_url,
                 Protocol::Anthropic,
-            ),
+            )?,
             prefixed,
-        }
+        })
     }
 
     pub fn resolve(
@@ -94,15 +114,7 @@ impl RouteTable {
     ) -> Route {
         let (upstream, rest) = self.pick(path, headers);
         let endpoint = endpoint(upstream.protocol, method, rest);
-        let mut url = format!(
-            "{}{}",
-            upstream.base_url,
-            upstream_path(upstream.protocol, rest)
-        );
-        if let Some(query) = query {
-            url.push('?');
-            url.push_str(query);
-        }
+        let url = upstream.url(upstream_path(upstream.protocol, rest), query);
         Route {
             upstream: upstream.clone(),
             endpoint,
@@ -182,7 +194,7 @@ mod tests {
             protocol: Protocol::Openai,
             path_prefix: "/groq".into(),
         });
-        RouteTable::from_settings(&settings)
+        RouteTable::from_settings(&settings).expect("valid base URLs")
     }
 
     fn resolve(method: Method, path: &str, query: Option<&str>) -> Route {
@@ -192,14 +204,20 @@ mod tests {
     #[test]
     fn chat_completions_go_to_openai_without_the_duplicate_version() {
         let route = resolve(Method::POST, "/v1/chat/completions", None);
-        assert_eq!(route.url, "https://api.openai.com/v1/chat/completions");
+        assert_eq!(
+            route.url.as_str(),
+            "https://api.openai.com/v1/chat/completions"
+        );
         assert_eq!(route.endpoint, Endpoint::Chat);
     }
 
     #[test]
     fn messages_go_to_anthropic_and_keep_the_query() {
         let route = resolve(Method::POST, "/v1/messages", Some("beta=true"));
-        assert_eq!(route.url, "https://api.anthropic.com/v1/messages?beta=true");
+        assert_eq!(
+            route.url.as_str(),
+            "https://api.anthropic.com/v1/messages?beta=true"
+        );
         assert_eq!(route.endpoint, Endpoint::Chat);
         assert_eq!(route.upstream.protocol, Protocol::Anthropic);
     }
@@ -213,7 +231,7 @@ mod tests {
         let count = resolve(Method::POST, "/v1/messages/count_tokens", None);
         assert_eq!(count.endpoint, Endpoint::Passthrough);
         assert_eq!(
-            count.url,
+            count.url.as_str(),
             "https://api.anthropic.com/v1/messages/count_tokens"
         );
         assert_eq!(
@@ -226,7 +244,7 @@ mod tests {
     fn responses_have_their_own_endpoint_and_its_sub_paths_pass_through() {
         let route = resolve(Method::POST, "/v1/responses", None);
         assert_eq!(route.endpoint, Endpoint::Responses);
-        assert_eq!(route.url, "https://api.openai.com/v1/responses");
+        assert_eq!(route.url.as_str(), "https://api.openai.com/v1/responses");
         assert_eq!(route.adapter().protocol(), Protocol::Openai);
         for path in ["/v1/responses/compact", "/v1/responses/resp_1/cancel"] {
             assert_eq!(
@@ -242,6 +260,36 @@ mod tests {
         assert_eq!(groq.endpoint, Endpoint::Responses);
     }
 
+    /// Setting the path and query on the parsed base URL gives what parsing
+    /// the whole URL as one string gives: the same encoding, the same dot
+    /// segments resolved.
+    #[test]
+    fn a_request_url_is_the_base_url_with_the_request_path_and_query() {
+        let cases = [
+            ("http://127.0.0.1:9000", "/v1/models", None),
+            (
+                "https://host.example/openai/v1/",
+                "/chat/completions",
+                Some("a=1&b=%20"),
+            ),
+            ("https://host.example/v1", "/files/a b/ü/%41", None),
+            ("https://host.example/v1", "/x/../../y/./z", Some("")),
+            ("https://host.example", "", Some("k=v")),
+        ];
+        for (base, path, query) in cases {
+            let upstream = Upstream::new("u", base, Protocol::Openai).expect("parses");
+            let whole = match query {
+                Some(query) => format!("{}{path}?{query}", base.trim_end_matches('/')),
+                None => format!("{}{path}", base.trim_end_matches('/')),
+            };
+            assert_eq!(
+                upstream.url(path, query),
+                Url::parse(&whole).expect("parses"),
+                "{base} + {path}"
+            );
+        }
+    }
+
     #[test]
     fn anthropic_clients_reach_anthropic_on_shared_paths() {
         let mut headers = HeaderMap::new();
@@ -250,14 +298,17 @@ mod tests {
             "2023-06-01".parse().expect("valid header"),
         );
         let route = table().resolve(&Method::GET, "/v1/models", None, &headers);
-        assert_eq!(route.url, "https://api.anthropic.com/v1/models");
+        assert_eq!(route.url.as_str(), "https://api.anthropic.com/v1/models");
     }
 
     #[test]
     fn a_prefixed_upstream_gets_its_requests_with_the_prefix_removed() {
         let route = resolve(Method::POST, "/groq/v1/chat/completions", None);
         assert_eq!(route.upstream.name, "groq");
-        assert_eq!(route.url, "https://api.groq.com/openai/v1/chat/completions");
+        assert_eq!(
+            route.url.as_str(),
+            "https://api.groq.com/openai/v1/chat/completions"
+        );
         assert_eq!(route.endpoint, Endpoint::Chat);
         assert_eq!(
             resolve(Method::GET, "/groqx/v1/models", None).upstream.name,

@@ -42,11 +42,15 @@ impl UpstreamClient {
         &self,
         upstream: &Upstream,
         method: Method,
-        url: &str,
+        url: &reqwest::Url,
         headers: HeaderMap,
         body: reqwest::Body,
     ) -> Result<reqwest::Response, ProxyError> {
-        let request = self.http.request(method, url).headers(headers).body(body);
+        let request = self
+            .http
+            .request(method, url.clone())
+            .headers(headers)
+            .body(body);
         let timeout = self.timeouts.first_byte;
         let started = std::time::Instant::now();
         let sent = tokio::time::timeout(timeout, request.send()).await;
