@@ -22,8 +22,12 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let subscriber =
-        condenser::telemetry::get_subscriber(settings.log_format, "info", std::io::stderr);
+    let subscriber = condenser::telemetry::get_subscriber(
+        settings.log_format,
+        "info",
+        std::io::stderr,
+        condenser::telemetry::stderr_takes_colors(),
+    );
     condenser::telemetry::init(subscriber);
     match run(cli.command.unwrap_or(Command::Serve), settings).await {
         Ok(()) => ExitCode::SUCCESS,

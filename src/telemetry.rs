@@ -8,10 +8,12 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::EnvFilter;
 
 /// Builds the subscriber; `sink` lets tests capture or silence output.
+/// `ansi` colors the human format: see [`stderr_takes_colors`].
 pub fn get_subscriber<W>(
     format: LogFormat,
     default_filter: &str,
     sink: W,
+    ansi: bool,
 ) -> Box<dyn Subscriber + Send + Sync>
 where
     W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
@@ -20,9 +22,13 @@ where
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let registry = tracing_subscriber::registry().with(filter);
     match format {
-        LogFormat::Human => {
-            Box::new(registry.with(tracing_subscriber::fmt::layer().with_writer(sink)))
-        }
+        LogFormat::Human => Box::new(
+            registry.with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(ansi)
+                    .with_writer(sink),
+            ),
+        ),
         LogFormat::Json => Box::new(
             registry.with(
                 tracing_subscriber::fmt::layer()
@@ -33,6 +39,13 @@ where
             ),
         ),
     }
+}
+
+/// Colors only for a person at a terminal: a log file, journald or
+/// `docker logs` would keep the escape codes. `NO_COLOR` turns them off.
+pub fn stderr_takes_colors() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// Installs the subscriber for the whole process.

@@ -82,6 +82,34 @@ async fn the_documented_environment_names_configure_the_upstreams() {
     );
 }
 
+/// A log file or `docker logs` is not a terminal: the human format writes
+/// no color escape codes there.
+#[test]
+fn human_logs_to_a_pipe_carry_no_color_codes() {
+    use std::io::{BufRead, BufReader};
+    let workdir = tempfile::tempdir().expect("temp dir");
+    let mut child = binary()
+        .arg("serve")
+        .current_dir(workdir.path())
+        .env("CONDENSER_LISTEN", "127.0.0.1:0")
+        .env("CONDENSER_LOG_FORMAT", "human")
+        .env_remove("NO_COLOR")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("condenser starts");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let listening = BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+        .find(|line| line.contains("listening"));
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = listening.expect("a listening line");
+    assert!(line.contains("INFO") && line.contains("address="), "{line}");
+    assert!(!line.contains('\u{1b}'), "escape codes in {line:?}");
+}
+
 #[tokio::test]
 async fn sigterm_lets_an_in_flight_stream_finish() {
     let fake = FakeUpstream::start(FakeConfig::default()).await;

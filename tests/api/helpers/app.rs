@@ -157,8 +157,12 @@ pub fn merge(base: &mut Value, patch: Value) {
 /// Logs stay silent unless `TEST_LOG` is set.
 fn init_test_logging() {
     if std::env::var_os("TEST_LOG").is_some() {
-        let subscriber =
-            condenser::telemetry::get_subscriber(Default::default(), "debug", std::io::stderr);
+        let subscriber = condenser::telemetry::get_subscriber(
+            Default::default(),
+            "debug",
+            std::io::stderr,
+            condenser::telemetry::stderr_takes_colors(),
+        );
         condenser::telemetry::init(subscriber);
     }
 }
