@@ -66,14 +66,16 @@ fn chain(adapter: &dyn Adapter, tenant: &TenantId, request: &ChatRequest) -> Vec
 }
 
 /// [`chain`], from `memo` as far as it knows it; what it does not know is
-/// parsed here, and `None` if it does not parse. A history seen for the
-/// first time keeps its parsed messages: storing it will need them.
+/// parsed here, and `None` if it does not parse. The messages parsed here
+/// are kept when they are the last ones (a history seen for the first
+/// time, a growing conversation's newest): storing them needs them.
 fn memoized_chain(
     adapter: &dyn Adapter,
     tenant: &TenantId,
     outline: &Outline,
     memo: &ChainMemo,
 ) -> Option<Vec<ChainHash>> {
+    let mut first_parsed = None;
     let mut parsed = Vec::new();
     let chain = memo.chain(
         adapter.canonical_scheme(),
@@ -87,14 +89,17 @@ fn memoized_chain(
         |previous, index| {
             let message = outline.try_message(index)?;
             let link = previous.next(&adapter.canonical(&message));
-            if parsed.len() == index {
+            let first = *first_parsed.get_or_insert(index);
+            if first + parsed.len() == index {
                 parsed.push(message.into_owned());
             }
             Some(link)
         },
     )?;
-    if parsed.len() == outline.message_count() {
-        outline.keep_messages(parsed);
+    if let Some(first) = first_parsed {
+        if first + parsed.len() == outline.message_count() {
+            outline.keep_tail(first, parsed);
+        }
     }
     Some(chain)
 }
@@ -371,5 +376,35 @@ mod tests {
             assert_eq!(again.messages(), parsed.messages());
             assert_eq!(again.system(), parsed.system());
         }
+    }
+
+    /// A growing conversation's newest messages are parsed once, by
+    /// identity, and kept for storing; the rest stay text.
+    #[test]
+    fn the_newest_messages_are_parsed_once_and_kept() {
+        let adapter = Protocol::Openai.adapter();
+        let memo = ChainMemo::new(100);
+        let headers = HeaderMap::new();
+        let turn = |messages: &str| {
+            let body = format!(r#"{{"model":"m","messages":[{messages}]}}"#);
+            let outline = outline(adapter, body.clone());
+            let (request, _) =
+                super::conversation(adapter, b"", &headers, outline, Some(&memo)).expect("parses");
+            (request, adapter.parse(body.as_bytes()).expect("parses"))
+        };
+        let history = r#"{"role":"user","content":"a"},{"role":"assistant","content":"b"}"#;
+        turn(history);
+        let (grown, parsed) = turn(&format!(
+            r#"{history},{{"role":"user","content":"c"}},{{"role":"assistant","content":"d"}}"#
+        ));
+        assert_eq!(grown.parsed_tail(), Some(2));
+        assert!(!grown.has_parsed_messages());
+        for index in 0..4 {
+            assert_eq!(*grown.message(index), parsed.messages()[index]);
+        }
+        let shorter = grown.truncated(3);
+        assert_eq!(shorter.message_count(), 3);
+        assert_eq!(*shorter.message(2), parsed.messages()[2]);
+        assert_eq!(shorter.messages(), &parsed.messages()[..3]);
     }
 }

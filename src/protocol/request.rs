@@ -41,6 +41,17 @@ pub struct ChatRequest {
     system: Lazy<Value>,
     /// The conversation after the system part.
     messages: Lazy<Vec<Value>>,
+    /// The newest messages, parsed while the others were not.
+    tail: OnceLock<Tail>,
+}
+
+/// Messages `first..` as identity parsed them: the ones its memo had not
+/// seen, a growing conversation's newest. Storing them needs them parsed,
+/// and does not parse them again.
+#[derive(Debug, Clone)]
+struct Tail {
+    first: usize,
+    messages: Vec<Value>,
 }
 
 /// A value given parsed, or parsed from its spans on first use.
@@ -120,6 +131,7 @@ impl ChatRequest {
             text: Bytes::new(),
             system: Lazy::parsed(system),
             messages: Lazy::parsed(messages),
+            tail: OnceLock::new(),
         })
     }
 
@@ -138,12 +150,18 @@ impl ChatRequest {
 
     /// Message `index`, without parsing the others.
     pub fn message(&self, index: usize) -> Cow<'_, Value> {
-        try_message(&self.text, &self.messages, index).expect(VERIFIED)
+        try_message(&self.text, &self.messages, &self.tail, index).expect(VERIFIED)
     }
 
     #[cfg(test)]
     pub(crate) fn has_parsed_messages(&self) -> bool {
         self.messages.value.get().is_some()
+    }
+
+    /// Where the messages parsed on their own start, if some were.
+    #[cfg(test)]
+    pub(crate) fn parsed_tail(&self) -> Option<usize> {
+        self.tail.get().map(|tail| tail.first)
     }
 
     pub fn message_count(&self) -> usize {
@@ -162,6 +180,9 @@ impl ChatRequest {
         }
         if let Some(spans) = &mut request.messages.spans {
             spans.truncate(len);
+        }
+        if let Some(tail) = request.tail.get_mut() {
+            tail.messages.truncate(len.saturating_sub(tail.first));
         }
         request
     }
@@ -234,6 +255,7 @@ impl Outline {
             text,
             system,
             messages: Lazy::spans(messages),
+            tail: OnceLock::new(),
         }))
     }
 
@@ -272,13 +294,18 @@ impl Outline {
     /// Message `index`, parsing it if need be; `None` when it does not
     /// parse.
     pub fn try_message(&self, index: usize) -> Option<Cow<'_, Value>> {
-        try_message(&self.0.text, &self.0.messages, index).ok()
+        try_message(&self.0.text, &self.0.messages, &self.0.tail, index).ok()
     }
 
-    /// `messages`, all of them, parsed by the caller from their spans.
-    pub(crate) fn keep_messages(&self, messages: Vec<Value>) {
-        debug_assert_eq!(messages.len(), self.message_count());
-        let _ = self.0.messages.value.set(messages);
+    /// Messages `first..`, the last ones, parsed by the caller from their
+    /// spans.
+    pub(crate) fn keep_tail(&self, first: usize, messages: Vec<Value>) {
+        debug_assert_eq!(first + messages.len(), self.message_count());
+        if first == 0 {
+            let _ = self.0.messages.value.set(messages);
+        } else {
+            let _ = self.0.tail.set(Tail { first, messages });
+        }
     }
 
     /// Every part parsed, or `None` if one does not parse.
@@ -327,10 +354,18 @@ fn parse_spans(text: &[u8], spans: &[Span]) -> serde_json::Result<Vec<Value>> {
 fn try_message<'a>(
     text: &[u8],
     messages: &'a Lazy<Vec<Value>>,
+    tail: &'a OnceLock<Tail>,
     index: usize,
 ) -> serde_json::Result<Cow<'a, Value>> {
     if let Some(parsed) = messages.value.get() {
         return Ok(Cow::Borrowed(&parsed[index]));
+    }
+    let in_tail = tail.get().and_then(|tail| {
+        let offset = index.checked_sub(tail.first)?;
+        tail.messages.get(offset)
+    });
+    if let Some(message) = in_tail {
+        return Ok(Cow::Borrowed(message));
     }
     messages.spans_or_none()[index].parse(text).map(Cow::Owned)
 }
