@@ -275,6 +275,7 @@ mod tests {
             ("https://host.example/v1", "/files/a b/ü/%41", None),
             ("https://host.example/v1", "/x/../../y/./z", Some("")),
             ("https://host.example", "", Some("k=v")),
+            ("https://host.example/v1", "/a//b/%2F/c\\d", None),
         ];
         for (base, path, query) in cases {
             let upstream = Upstream::new("u", base, Protocol::Openai).expect("parses");
@@ -287,6 +288,24 @@ mod tests {
                 Url::parse(&whole).expect("parses"),
                 "{base} + {path}"
             );
+        }
+    }
+
+    /// The guard refuses such paths first; should one get here, it stays a
+    /// path on the configured host.
+    #[test]
+    fn a_path_never_names_the_host() {
+        let upstream =
+            Upstream::new("u", "https://api.anthropic.com", Protocol::Anthropic).expect("parses");
+        for path in [
+            "@evil.example/v1/messages",
+            "//evil.example/x",
+            "/@evil.example",
+        ] {
+            let url = upstream.url(path, Some("a=@evil.example"));
+            assert_eq!(url.host_str(), Some("api.anthropic.com"), "{path}: {url}");
+            assert_eq!(url.scheme(), "https");
+            assert_eq!(url.port(), None);
         }
     }
 
