@@ -24,6 +24,11 @@ PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
 PG_PARAMS="${PG_PARAMS:-}"  # query of Condenser's DATABASE_URL, e.g. sslmode=disable
 TITLE="${TITLE:-$BIN}"
 GRAPHS="${GRAPHS:-identical growing history passthrough}"
+for name in $GRAPHS; do
+  case "$name" in identical | growing | history | passthrough) ;;
+    *) echo "flamegraph: unknown graph '$name' in GRAPHS (identical growing history passthrough)" >&2; exit 2 ;;
+  esac
+done
 
 command -v perf >/dev/null || { echo "flamegraph: needs perf (linux-perf)" >&2; exit 1; }
 if ! command -v inferno-flamegraph >/dev/null; then

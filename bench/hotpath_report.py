@@ -72,7 +72,7 @@ def cmd_line(path):
     row = load(path)[-1]
     g = row["loadgen"]
     print(
-        f"hotpath: {row['workload']:9} {row['target']:18} {row['offered_rate']:>6}/s {row['phase']:5} "
+        f"hotpath: {row['workload']:11} {row['target']:18} {row['offered_rate']:>6}/s {row['phase']:5} "
         f"achieved {g['achieved_rate']:>8}/s  p50 {lat(row, 'p50')} µs  p99 {lat(row, 'p99')} µs  "
         f"errors {g['errors']}  degraded {degraded(row)}  connects {g['connects']}"
     )

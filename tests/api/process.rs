@@ -93,6 +93,8 @@ fn human_logs_to_a_pipe_carry_no_color_codes() {
         .current_dir(workdir.path())
         .env("CONDENSER_LISTEN", "127.0.0.1:0")
         .env("CONDENSER_LOG_FORMAT", "human")
+        // An inherited filter that hid the line would leave this waiting.
+        .env("RUST_LOG", "info")
         .env_remove("NO_COLOR")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
