@@ -99,6 +99,8 @@ def enrich(rows, ticks_per_second, p99_bound_ms, min_achieved):
         row["degraded"] = degraded(row)
         row["requests"] = g["ok"] + g["errors"]
         row["cpu_ms_per_request"] = round(row["cpu_ticks"] * 1000 / ticks_per_second / served, 3)
+        loadgen_ms = g.get("loadgen_cpu_ms")
+        row["loadgen_cpu_ms_per_request"] = None if loadgen_ms is None else round(loadgen_ms / served, 3)
         row["db_cpu_ms_per_request"] = (
             None
             if row["db_cpu_ticks"] is None
@@ -112,6 +114,68 @@ def enrich(rows, ticks_per_second, p99_bound_ms, min_achieved):
         else:
             row["added_p50_us"] = row["added_p99_us"] = None
     return rows
+
+
+def row_at_max(rows, workload, target, maxima):
+    rate = maxima.get(target, {}).get("max_sustained_rate")
+    return next(
+        (r for r in rows if (r["workload"], r["target"], r["offered_rate"]) == (workload, target, rate)),
+        None,
+    )
+
+
+def cpu_budget(workload, rows, maxima, cores):
+    """Whether 80 % of nginx's maximum fits in the machine's cores at all
+    when every message is stored in this Postgres: the load generator, the
+    upstream and Postgres run on the same cores as the proxy. Each figure
+    is taken at a target's maximum, the cheapest per request this run saw
+    for it (Postgres' cost per request falls as the writer's batches grow).
+    Prints a table and returns it, or None when the run lacks a row."""
+    nginx = row_at_max(rows, workload, "nginx", maxima)
+    direct = row_at_max(rows, workload, "direct", maxima)
+    condenser = row_at_max(rows, workload, "condenser-postgres", maxima)
+    if not (nginx and direct and condenser) or nginx["loadgen_cpu_ms_per_request"] is None:
+        return None
+    goal = round(0.8 * nginx["offered_rate"])
+    others = {
+        "load generator": nginx["loadgen_cpu_ms_per_request"],
+        "upstream": direct["cpu_ms_per_request"],
+        "Postgres": condenser["db_cpu_ms_per_request"] or 0.0,
+    }
+    proxies = {"nginx": nginx["cpu_ms_per_request"], "Condenser": condenser["cpu_ms_per_request"]}
+    fixed = sum(others.values())
+
+    def ceiling(proxy_ms):
+        return round(cores * 1000 / (fixed + proxy_ms)) if fixed + proxy_ms > 0 else None
+
+    budget = {
+        "cores": cores,
+        "goal_rate": goal,
+        "nginx_capped": maxima["nginx"]["first_not_sustained_rate"] is None,
+        "others_ms_per_request": others,
+        "proxies_ms_per_request": proxies,
+        "ceiling_with_a_free_proxy": ceiling(0.0),
+        "ceiling_with_a_proxy_as_cheap_as_nginx": ceiling(proxies["nginx"]),
+    }
+    capped = " (nginx reached the load generator's cap: its true maximum is higher)" if budget["nginx_capped"] else ""
+    print(
+        f"\nCPU budget at 80 % of nginx's maximum, {goal:,} req/s{capped}: {cores} cores are "
+        f"{cores} CPU-seconds a second for every process of the run. Each figure is from its "
+        f"target's maximum row (the load generator's from nginx's).\n"
+    )
+    print(f"| part | CPU ms/req | CPU-s/s at {goal:,} req/s |")
+    print("|---|---|---|")
+    for name, ms in others.items():
+        print(f"| {name} | {ms:.3f} | {goal * ms / 1000:.2f} |")
+    print(f"| **all but the proxy** | {fixed:.3f} | **{goal * fixed / 1000:.2f}** |")
+    for name, ms in proxies.items():
+        print(f"| proxy: {name} | {ms:.3f} | {goal * ms / 1000:.2f} |")
+    print(
+        f"\nThe most these cores allow with every message stored in this Postgres: "
+        f"{budget['ceiling_with_a_free_proxy']:,} req/s with a proxy that cost no CPU, "
+        f"{budget['ceiling_with_a_proxy_as_cheap_as_nginx']:,} req/s with one as cheap as nginx."
+    )
+    return budget
 
 
 def fmt(value, signed=False):
@@ -131,7 +195,7 @@ def cmd_report(path, out, clk_tck, commit, p99_bound_ms, min_achieved, seconds, 
     for row in rows:
         if row["workload"] not in workloads:
             workloads.append(row["workload"])
-    maxima = {}
+    maxima, budgets = {}, {}
     for workload in workloads:
         print(f"\n### {workload}\n")
         sample = next(r for r in rows if r["workload"] == workload)["loadgen"]["body_bytes"]
@@ -179,6 +243,9 @@ def cmd_report(path, out, clk_tck, commit, p99_bound_ms, min_achieved, seconds, 
                     )
                 else:
                     print(f"| {target} | < {mine[0]['offered_rate']:,} | {fmt(first_bad)} | | | | |")
+            budget = cpu_budget(workload, rows, maxima[workload], os.cpu_count() or 1)
+            if budget:
+                budgets[workload] = budget
     try:
         with open("/proc/cpuinfo") as f:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
@@ -194,6 +261,7 @@ def cmd_report(path, out, clk_tck, commit, p99_bound_ms, min_achieved, seconds, 
         "sustained": {"min_achieved_share": min_achieved, "max_error_share": MAX_ERROR_SHARE, "p99_bound_ms": p99_bound_ms},
         "rows": rows,
         "max_sustained": maxima,
+        "cpu_budget": budgets,
     }
     with open(out, "w") as f:
         json.dump(result, f, indent=1)
