@@ -1,7 +1,6 @@
 //! Step 5, "forward": one pooled HTTP client for every upstream.
 
 pub mod headers;
-pub mod local;
 pub mod relay;
 
 use crate::config::Timeouts;
@@ -12,7 +11,6 @@ use http::{HeaderMap, Method};
 #[derive(Clone)]
 pub struct UpstreamClient {
     http: reqwest::Client,
-    local: local::LocalPool,
     timeouts: Timeouts,
     body_limit: usize,
 }
@@ -29,7 +27,6 @@ impl UpstreamClient {
             .build()?;
         Ok(Self {
             http,
-            local: local::LocalPool::default(),
             timeouts: timeouts.clone(),
             body_limit,
         })
@@ -49,28 +46,13 @@ impl UpstreamClient {
         headers: HeaderMap,
         body: reqwest::Body,
     ) -> Result<reqwest::Response, ProxyError> {
-        let timeout = self.timeouts.first_byte;
-        let started = std::time::Instant::now();
-        if url.scheme() == "http" {
-            let sent =
-                tokio::time::timeout(timeout, self.local.send(method, url, headers, body)).await;
-            return match sent {
-                Ok(Ok(response)) => Ok(response),
-                Ok(Err(error)) => Err(ProxyError::UpstreamUnreachable {
-                    upstream: upstream.name.clone(),
-                    reason: error.to_string(),
-                }),
-                Err(_) => Err(ProxyError::UpstreamTimeout {
-                    upstream: upstream.name.clone(),
-                    timeout,
-                }),
-            };
-        }
         let request = self
             .http
             .request(method, url.clone())
             .headers(headers)
             .body(body);
+        let timeout = self.timeouts.first_byte;
+        let started = std::time::Instant::now();
         let sent = tokio::time::timeout(timeout, request.send()).await;
         let upstream_label = upstream.protocol.as_str();
         metrics::histogram!("condenser_upstream_response_seconds", "protocol" => upstream_label)
