@@ -116,52 +116,46 @@ def enrich(rows, ticks_per_second, p99_bound_ms, min_achieved):
     return rows
 
 
-def row_at_max(rows, workload, target, maxima):
-    rate = maxima.get(target, {}).get("max_sustained_rate")
-    return next(
-        (r for r in rows if (r["workload"], r["target"], r["offered_rate"]) == (workload, target, rate)),
-        None,
-    )
-
-
-def cpu_budget(workload, rows, maxima, cores):
+def cpu_budget(best, maxima, cores):
     """Whether 80 % of nginx's maximum fits in the machine's cores at all
     when every message is stored in this Postgres: the load generator, the
     upstream and Postgres run on the same cores as the proxy. Each figure
-    is taken at a target's maximum, the cheapest per request this run saw
-    for it (Postgres' cost per request falls as the writer's batches grow).
-    Prints a table and returns it, or None when the run lacks a row."""
-    nginx = row_at_max(rows, workload, "nginx", maxima)
-    direct = row_at_max(rows, workload, "direct", maxima)
-    condenser = row_at_max(rows, workload, "condenser-postgres", maxima)
-    if not (nginx and direct and condenser) or nginx["loadgen_cpu_ms_per_request"] is None:
+    is taken at its target's maximum (`best`: target -> row), not measured
+    at the goal rate. Prints a table and returns it, or prints why not and
+    returns None."""
+    nginx, direct, condenser = (best.get(t) for t in ("nginx", "direct", "condenser-postgres"))
+    missing = [t for t, row in (("nginx", nginx), ("direct", direct), ("condenser-postgres", condenser)) if not row]
+    if missing:
+        print(f"\n(No CPU budget: no sustained rate for {', '.join(missing)}.)")
+        return None
+    if nginx["loadgen_cpu_ms_per_request"] is None or not condenser["db_cpu_ms_per_request"]:
+        print("\n(No CPU budget: the load generator's or Postgres' CPU was not measured, or nothing was stored.)")
         return None
     goal = round(0.8 * nginx["offered_rate"])
     others = {
         "load generator": nginx["loadgen_cpu_ms_per_request"],
         "upstream": direct["cpu_ms_per_request"],
-        "Postgres": condenser["db_cpu_ms_per_request"] or 0.0,
+        "Postgres (client backends)": condenser["db_cpu_ms_per_request"],
     }
     proxies = {"nginx": nginx["cpu_ms_per_request"], "Condenser": condenser["cpu_ms_per_request"]}
     fixed = sum(others.values())
-
-    def ceiling(proxy_ms):
-        return round(cores * 1000 / (fixed + proxy_ms)) if fixed + proxy_ms > 0 else None
-
     budget = {
         "cores": cores,
         "goal_rate": goal,
-        "nginx_capped": maxima["nginx"]["first_not_sustained_rate"] is None,
+        "nginx_at_cap": maxima["nginx"]["first_not_sustained_rate"] is None,
+        "rates": {"nginx": nginx["offered_rate"], "direct": direct["offered_rate"], "condenser-postgres": condenser["offered_rate"]},
         "others_ms_per_request": others,
         "proxies_ms_per_request": proxies,
-        "ceiling_with_a_free_proxy": ceiling(0.0),
-        "ceiling_with_a_proxy_as_cheap_as_nginx": ceiling(proxies["nginx"]),
+        "ceiling_with_a_free_proxy": round(cores * 1000 / fixed),
+        "ceiling_with_a_proxy_as_cheap_as_nginx": round(cores * 1000 / (fixed + proxies["nginx"])),
     }
-    capped = " (nginx reached the load generator's cap: its true maximum is higher)" if budget["nginx_capped"] else ""
+    at_cap = " (nginx reached the run's MAX_RATE_CAP: its maximum is at least that)" if budget["nginx_at_cap"] else ""
     print(
-        f"\nCPU budget at 80 % of nginx's maximum, {goal:,} req/s{capped}: {cores} cores are "
+        f"\nCPU budget at 80 % of nginx's maximum, {goal:,} req/s{at_cap}: {cores} cores are "
         f"{cores} CPU-seconds a second for every process of the run. Each figure is from its "
-        f"target's maximum row (the load generator's from nginx's).\n"
+        f"target's maximum row, not measured at {goal:,} req/s: the load generator and nginx at "
+        f"{nginx['offered_rate']:,}, the upstream at {direct['offered_rate']:,}, Postgres and Condenser "
+        f"at {condenser['offered_rate']:,}.\n"
     )
     print(f"| part | CPU ms/req | CPU-s/s at {goal:,} req/s |")
     print("|---|---|---|")
@@ -171,7 +165,7 @@ def cpu_budget(workload, rows, maxima, cores):
     for name, ms in proxies.items():
         print(f"| proxy: {name} | {ms:.3f} | {goal * ms / 1000:.2f} |")
     print(
-        f"\nThe most these cores allow with every message stored in this Postgres: "
+        f"\nAt these costs, the most the cores allow with every message stored in this Postgres: "
         f"{budget['ceiling_with_a_free_proxy']:,} req/s with a proxy that cost no CPU, "
         f"{budget['ceiling_with_a_proxy_as_cheap_as_nginx']:,} req/s with one as cheap as nginx."
     )
@@ -196,6 +190,7 @@ def cmd_report(path, out, clk_tck, commit, p99_bound_ms, min_achieved, seconds, 
         if row["workload"] not in workloads:
             workloads.append(row["workload"])
     maxima, budgets = {}, {}
+    cores = len(os.sched_getaffinity(0))
     for workload in workloads:
         print(f"\n### {workload}\n")
         sample = next(r for r in rows if r["workload"] == workload)["loadgen"]["body_bytes"]
@@ -226,11 +221,14 @@ def cmd_report(path, out, clk_tck, commit, p99_bound_ms, min_achieved, seconds, 
             )
             print("| target | max sustained/s | first not sustained/s | p50 µs | p99 µs | CPU ms/req | DB CPU ms/req |")
             print("|---|---|---|---|---|---|---|")
+            best_rows = {}
             for target in targets:
                 mine = sorted((r for r in tried if r["target"] == target), key=lambda r: r["offered_rate"])
                 good = [r for r in mine if r["sustained"]]
                 bad = [r for r in mine if not r["sustained"] and (not good or r["offered_rate"] > good[-1]["offered_rate"])]
                 best = good[-1] if good else None
+                if best:
+                    best_rows[target] = best
                 first_bad = bad[0]["offered_rate"] if bad else None
                 maxima.setdefault(workload, {})[target] = {
                     "max_sustained_rate": best["offered_rate"] if best else 0,
@@ -243,7 +241,7 @@ def cmd_report(path, out, clk_tck, commit, p99_bound_ms, min_achieved, seconds, 
                     )
                 else:
                     print(f"| {target} | < {mine[0]['offered_rate']:,} | {fmt(first_bad)} | | | | |")
-            budget = cpu_budget(workload, rows, maxima[workload], os.cpu_count() or 1)
+            budget = cpu_budget(best_rows, maxima[workload], cores)
             if budget:
                 budgets[workload] = budget
     try:
