@@ -147,5 +147,6 @@ fn from_store(stored: StoredSize) -> ModelSize {
         window: stored.window.map(|w| (w, SizeSource::Stored)),
         calibration: stored.tokens_per_byte.map(Calibration::from_rate),
         ignores_output: stored.ignores_output,
+        answered_tokens: 0,
     }
 }

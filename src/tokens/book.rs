@@ -6,6 +6,7 @@
 //! sight of a model and writes what is learned back, so instances share it
 //! and a restart keeps it.
 
+use super::known::documented_window;
 use super::Calibration;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -32,6 +33,9 @@ pub enum SizeSource {
     OverflowError,
     /// Read from the store: learned earlier, by this or another instance.
     Stored,
+    /// The model's documented window (`known_windows.tsv`): no evidence
+    /// from this upstream, so it may make Condenser try, never refuse.
+    Documented,
 }
 
 /// Everything known about one model's sizes.
@@ -43,11 +47,23 @@ pub struct ModelSize {
     /// exceeded the window, so it leaves the output budget out of the
     /// window (llama.cpp). Until seen, assume it counts, as most APIs do.
     pub ignores_output: bool,
+    /// The largest input the upstream counted for a request it answered:
+    /// the window is at least this large, whatever a guess says.
+    pub answered_tokens: u64,
 }
 
 impl ModelSize {
     pub fn window_tokens(&self) -> Option<u64> {
         self.window.map(|(tokens, _)| tokens)
+    }
+
+    /// The window when it rests on evidence (configuration, or what this
+    /// upstream stated), not on documentation.
+    pub fn evidence_window(&self) -> Option<u64> {
+        match self.window {
+            Some((_, SizeSource::Documented)) | None => None,
+            Some((tokens, _)) => Some(tokens),
+        }
     }
 }
 
@@ -159,7 +175,8 @@ impl SizeBook {
     ) -> Option<ModelSize> {
         let mut entries = self.lock();
         let entry = entries.get_mut(&(upstream.to_string(), model.to_string()))?;
-        let window = self.with_config(model, entry.size).window_tokens();
+        entry.size.answered_tokens = entry.size.answered_tokens.max(input_tokens);
+        let window = self.with_config(model, entry.size).evidence_window();
         let beyond_window = window.is_some_and(|w| input_tokens + requested_output > w);
         let learned_ignoring = requested_output > 0 && beyond_window && !entry.size.ignores_output;
         entry.size.ignores_output |= learned_ignoring;
@@ -189,13 +206,13 @@ impl SizeBook {
     }
 
     /// A window learned from the upstream (now or stored earlier) wins over
-    /// configuration: it is what the upstream enforces.
+    /// configuration: it is what the upstream enforces. Configuration wins
+    /// over the documented window.
     fn with_config(&self, model: &str, mut size: ModelSize) -> ModelSize {
         if size.window.is_none() {
-            size.window = self
-                .configured
-                .get(model)
-                .map(|&window| (window, SizeSource::Config));
+            let configured = self.configured.get(model).map(|&w| (w, SizeSource::Config));
+            let documented = || documented_window(model).map(|w| (w, SizeSource::Documented));
+            size.window = configured.or_else(documented);
         }
         size
     }
@@ -255,6 +272,7 @@ mod tests {
             window: Some((4096, SizeSource::Stored)),
             calibration: Some(Calibration::from_rate(0.3)),
             ignores_output: true,
+            answered_tokens: 0,
         };
         book.merge_stored("local", "smollm2", stored);
         let size = book.lookup("local", "smollm2").size;

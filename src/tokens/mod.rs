@@ -4,8 +4,10 @@
 //! tokenizers Condenser meets.
 
 mod book;
+mod known;
 
 pub use book::{ModelSize, SizeBook, SizeSource};
+pub use known::documented_window;
 
 /// Bytes per token when nothing better is known.
 pub const DEFAULT_BYTES_PER_TOKEN: f64 = 4.0;

@@ -1,0 +1,52 @@
+//! Context windows documented for popular models, shipped with Condenser so
+//! that a first overflow whose error states no numbers (the Responses API's)
+//! is planned against the model's real window rather than a guess.
+//!
+//! The table is generated from LiteLLM's maintained
+//! `model_prices_and_context_window.json` by `scripts/refresh-known-windows`;
+//! it is documentation, not evidence from this upstream: configuration
+//! overrides it, what the upstream reports corrects it, and it never makes
+//! Condenser refuse a request (DESIGN.md "Knowing sizes").
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+const TABLE: &str = include_str!("known_windows.tsv");
+
+static WINDOWS: LazyLock<HashMap<&'static str, u64>> = LazyLock::new(|| parse(TABLE));
+
+/// The documented max input tokens of `model`, by the name clients send.
+pub fn documented_window(model: &str) -> Option<u64> {
+    WINDOWS.get(model).copied()
+}
+
+fn parse(table: &str) -> HashMap<&str, u64> {
+    table
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (model, tokens) = line.split_once('\t')?;
+            Some((model, tokens.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_line_of_the_shipped_table_parses() {
+        let lines = TABLE.lines().filter(|l| !l.starts_with('#')).count();
+        assert_eq!(parse(TABLE).len(), lines);
+        assert!(lines > 100, "{lines} models");
+    }
+
+    #[test]
+    fn popular_models_have_their_documented_windows() {
+        assert_eq!(documented_window("gpt-4o"), Some(128_000));
+        assert_eq!(documented_window("claude-sonnet-4-5"), Some(200_000));
+        assert_eq!(documented_window("gemini-2.5-pro"), Some(1_048_576));
+        assert_eq!(documented_window("a-model-nobody-documented"), None);
+    }
+}
