@@ -3,6 +3,7 @@
 //! instances: a lease in the store elects it, the others wait and reuse.
 
 mod chunks;
+mod fit;
 pub mod plan;
 mod sizing;
 pub mod summarize;
@@ -15,7 +16,7 @@ use crate::protocol::{Adapter, ChatRequest};
 use crate::store::{Compaction, Storage};
 use plan::Plan;
 use sizing::Layout;
-pub use sizing::Sizing;
+pub use sizing::{Sizing, Window, WindowBasis};
 use std::time::{Duration, Instant};
 pub use summarize::{Summarizer, SummaryBudget, SummaryError};
 pub use trims::apply_trims;
@@ -58,16 +59,17 @@ pub struct Job<'a> {
     pub trigger: &'static str,
 }
 
-/// A cut that fits, with the sizes it was planned from and the transcript
-/// of what it summarizes.
+/// A cut that fits, with the sizes it was planned from, the summary's
+/// output budget and the transcript of what it summarizes.
 pub struct Planned {
     layout: Layout,
     plan: Plan,
+    summary_tokens: u64,
     transcript: Vec<String>,
 }
 
 /// Plans the compaction of `job` and checks it is worth paying for: the
-/// request after it fits the window, and what it summarizes fits the
+/// request after it can fit the window, and what it summarizes fits the
 /// summary calls allowed. Needs nothing stored, so a request that cannot be
 /// helped is answered before any write, lease or summary call.
 pub fn prepare(
@@ -76,26 +78,16 @@ pub fn prepare(
     job: &Job<'_>,
 ) -> Result<Planned, CompactionError> {
     let layout = sizing.layout(job);
-    let plan = plan::plan(
-        &layout.items,
-        layout.compacted,
-        layout.tail_budget,
-        layout.min_kept,
-    )
-    .ok_or(CompactionError::NothingToCompact)?;
-    if !layout.fits(&plan) {
-        let predicted = layout.tokens_after(&plan, layout.summary_budget);
-        return Err(CompactionError::CannotFit {
-            predicted,
-            window: layout.window,
-        });
-    }
-    let fresh = &job.request.messages()[layout.compacted..plan.cut];
+    let (plan, budget) = layout.plan().ok_or(CompactionError::NothingToCompact)?;
+    let sized = layout.size(plan, budget)?;
+    let fresh = &job.request.messages()[layout.compacted..sized.plan.cut];
     let transcript = summarizer.transcript(fresh);
-    summarizer.check(job.current.map(|c| c.summary.as_str()), &transcript)?;
+    let previous = job.current.map(|c| c.summary.as_str());
+    summarizer.check(sized.summary_tokens, previous, &transcript)?;
     Ok(Planned {
         layout,
-        plan,
+        plan: sized.plan,
+        summary_tokens: sized.summary_tokens,
         transcript,
     })
 }
@@ -225,23 +217,33 @@ async fn summarize_and_store(
     let Planned {
         layout,
         plan,
+        summary_tokens,
         transcript,
     } = planned;
     let compacted = layout.compacted;
     let (summary, calls) = if plan.cut > compacted {
         let previous = job.current.map(|c| c.summary.as_str());
-        let written = summarizer.summarize(previous, transcript).await?;
+        let written = summarizer
+            .summarize(*summary_tokens, previous, transcript)
+            .await?;
         (written.text, written.calls)
     } else {
         let current = job.current.map(|c| c.summary.clone());
         (current.unwrap_or_default(), 0)
     };
-    let summary_tokens = layout.calibration.tokens(
-        job.adapter
-            .summary_message("user", &summary)
-            .to_string()
-            .len(),
-    );
+    let size = |text: &str| {
+        let message = job.adapter.summary_message("user", text).to_string();
+        layout.calibration.tokens(message.len())
+    };
+    // Never send a request known not to fit.
+    let summary =
+        layout
+            .fit_summary(plan, summary, size)
+            .ok_or_else(|| CompactionError::CannotFit {
+                predicted: layout.tokens_after(plan, *summary_tokens),
+                window: layout.window.tokens,
+            })?;
+    let summary_tokens = size(&summary);
     let trims = trims::trims_for(job, plan, layout);
     let compaction = Compaction {
         prefix_hash: job.conversation.chain[plan.cut],

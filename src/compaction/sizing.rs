@@ -5,11 +5,15 @@
 //! 200k one. Numbers from the overflow error calibrate the byte-to-token
 //! estimate for this request; what was learned from earlier requests comes
 //! next.
+//!
+//! A window is evidence (stated by the error, configured, learned from the
+//! upstream), documentation, or a guess. Only evidence may make Condenser
+//! refuse a compaction as hopeless; the others only shape the plan.
 
-use super::plan::{Item, Plan};
-use super::Job;
+use super::plan::{self, Item, Plan};
+use super::{fit, CompactionError, Job};
 use crate::overflow::{OverflowCause, OverflowSignal};
-use crate::tokens::{Calibration, ModelSize};
+use crate::tokens::{Calibration, ModelSize, SizeSource};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -17,11 +21,40 @@ use std::time::Duration;
 /// `summary_max_tokens` is.
 pub const SUMMARY_SHARE: f64 = 0.15;
 
+/// A summary needs at most this share of what it summarizes. Summaries of
+/// conversations and tool work run at a tenth to a fifth of their source;
+/// a third leaves room for dense histories (numbers, paths, identifiers)
+/// without reserving, for a short history, room it will never use.
+const SUMMARY_SOURCE_SHARE: f64 = 1.0 / 3.0;
+
+/// The smallest summary Condenser writes or accepts: a few sentences of
+/// goals and state. A summary budget never goes below it, whatever the
+/// source's size, unless the window's own share is smaller.
+pub const MIN_SUMMARY_TOKENS: u64 = 64;
+
 /// Room kept free for estimate error, as a share of the window.
 const MARGIN_SHARE: f64 = 0.05;
 
 /// Tokens the summary message adds around its text (role, marker, framing).
 const SUMMARY_FRAMING_TOKENS: u64 = 16;
+
+/// What a window rests on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowBasis {
+    /// The upstream stated it, or the operator configured it.
+    Evidence,
+    /// The model's documented window, not contradicted by this upstream.
+    Documented,
+    /// Inferred from a request that overflowed without saying by how much.
+    Guess,
+}
+
+/// A context window in tokens and what it rests on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub tokens: u64,
+    pub basis: WindowBasis,
+}
 
 #[derive(Debug, Clone)]
 pub struct Sizing {
@@ -38,18 +71,30 @@ pub struct Layout {
     pub items: Vec<Item>,
     /// Messages the current summary covers.
     pub compacted: usize,
-    pub tail_budget: u64,
-    /// Smallest a trimmed tool result is cut to.
-    pub min_kept: u64,
     pub calibration: Calibration,
-    pub window: u64,
+    pub window: Window,
     pub tokens_before: u64,
-    /// The new summary's max tokens: what the plan reserves for it.
-    pub summary_budget: u64,
+    /// The largest summary this window allows (before its source bounds it).
+    summary_cap: u64,
+    /// The most recent history worth keeping: `keep_share` of the window.
+    keep_budget: u64,
+    /// Everything the retried request spends besides its summary and kept
+    /// tail: overhead, framing, output reserve, estimate margin.
+    reserved: u64,
     /// Tokens outside the messages: system, tools, the request's envelope.
     overhead: u64,
+    /// The current summary's tokens with its framing, 0 without one.
+    old_summary: u64,
     /// `max_tokens` when the upstream counts it against the window.
     counted_output: u64,
+}
+
+/// A cut and how many tokens the summary written for it may take.
+#[derive(Debug)]
+pub struct Sized {
+    pub plan: Plan,
+    /// The summary call's output budget.
+    pub summary_tokens: u64,
 }
 
 impl Layout {
@@ -66,11 +111,110 @@ impl Layout {
         self.overhead + summary_tokens + self.tail_tokens(plan)
     }
 
-    /// Whether the request after `plan` fits the window even with a summary
-    /// of its full budget. When not, no summary call is worth paying for.
-    pub fn fits(&self, plan: &Plan) -> bool {
-        let summary = self.summary_budget + SUMMARY_FRAMING_TOKENS;
-        self.tokens_after(plan, summary) + self.counted_output <= self.window
+    /// The deepest useful cut and the summary it needs. The summary is
+    /// bounded by what it summarizes as well as by the window, so a short
+    /// history before a huge new turn reserves little; the cut is planned
+    /// with the full cap first, then again with the smaller budget, which
+    /// only leaves more room for the tail.
+    pub fn plan(&self) -> Option<(Plan, u64)> {
+        let first = self.plan_reserving(self.summary_cap)?;
+        let budget = self.summary_budget(&first);
+        if budget >= self.summary_cap {
+            return Some((first, budget));
+        }
+        let second = self.plan_reserving(budget)?;
+        let budget = self.summary_budget(&second);
+        Some((second, budget))
+    }
+
+    fn plan_reserving(&self, summary: u64) -> Option<Plan> {
+        let room = self.window.tokens.saturating_sub(self.reserved + summary);
+        let tail_budget = self.keep_budget.min(room);
+        let min_kept = (tail_budget / 4).clamp(16, plan::MIN_KEPT_TOKENS);
+        plan::plan(&self.items, self.compacted, tail_budget, min_kept)
+    }
+
+    /// What the summary of `plan` may take: a share of its source (the
+    /// running summary and the messages it folds in), within the cap.
+    fn summary_budget(&self, plan: &Plan) -> u64 {
+        let source = self.old_summary
+            + self.items[self.compacted..plan.cut]
+                .iter()
+                .map(|item| item.tokens)
+                .sum::<u64>();
+        let share = (source as f64 * SUMMARY_SOURCE_SHARE) as u64;
+        share.max(MIN_SUMMARY_TOKENS).min(self.summary_cap)
+    }
+
+    /// The summary call's output budget for `plan`, within the room the
+    /// window leaves; `None` when the window is evidence and not even the
+    /// smallest acceptable summary fits beside the kept tail. A guessed or
+    /// documented window never refuses: Condenser tries, and the upstream
+    /// decides.
+    pub fn size(&self, plan: Plan, budget: u64) -> Result<Sized, CompactionError> {
+        let room = self.summary_room(&plan);
+        if self.window.basis != WindowBasis::Evidence {
+            return Ok(Sized {
+                plan,
+                summary_tokens: budget,
+            });
+        }
+        let reused = plan.cut == self.compacted;
+        let smallest = if reused {
+            self.old_summary.saturating_sub(SUMMARY_FRAMING_TOKENS)
+        } else {
+            budget.min(MIN_SUMMARY_TOKENS)
+        };
+        if room < smallest {
+            let predicted = self.tokens_after(&plan, smallest + SUMMARY_FRAMING_TOKENS);
+            return Err(CompactionError::CannotFit {
+                predicted: predicted + self.counted_output,
+                window: self.window.tokens,
+            });
+        }
+        Ok(Sized {
+            plan,
+            summary_tokens: budget.min(room),
+        })
+    }
+
+    /// Tokens a summary's text may take for the request after `plan` to
+    /// fit the window with its counted output.
+    pub fn summary_room(&self, plan: &Plan) -> u64 {
+        let rest = self.tokens_after(plan, SUMMARY_FRAMING_TOKENS) + self.counted_output;
+        self.window.tokens.saturating_sub(rest)
+    }
+
+    /// `summary` as the retried request can carry it. Upstreams stop a
+    /// summary at its `max_tokens`, but they count tokens their way: one
+    /// that still makes the request too large for an evidence window is
+    /// cut at its last sentence boundary that fits (cheaper and surer than
+    /// another summary call, and what goes is its least important end).
+    /// `None` when no complete sentence fits: the request is known not to.
+    pub fn fit_summary(
+        &self,
+        plan: &Plan,
+        summary: String,
+        size: impl Fn(&str) -> u64,
+    ) -> Option<String> {
+        if self.window.basis != WindowBasis::Evidence {
+            return Some(summary);
+        }
+        let allowed = self
+            .window
+            .tokens
+            .saturating_sub(self.tokens_after(plan, 0) + self.counted_output);
+        let mut text = summary.as_str();
+        loop {
+            let over = size(text).saturating_sub(allowed);
+            if over == 0 {
+                return Some(text.to_string());
+            }
+            let limit = text
+                .len()
+                .saturating_sub(self.calibration.bytes(over).max(1));
+            text = fit::cut_to_sentences(text, limit)?;
+        }
     }
 }
 
@@ -84,18 +228,30 @@ impl Sizing {
         }
     }
 
-    /// The window from the error, else as known; failing both, assume the
-    /// request was a third too large.
-    pub fn window(&self, signal: &OverflowSignal, sent_bytes: usize) -> u64 {
-        let guess = || self.calibration(signal, sent_bytes).tokens(sent_bytes) * 3 / 4;
-        signal
-            .limit
-            .or(self.known.window_tokens())
-            .unwrap_or_else(guess)
+    /// The window from the error, else as known. A documented window the
+    /// failed request contradicts (it overflowed below it) is dropped. A
+    /// guess assumes the request was a third too large, and is never below
+    /// the largest request this model answered.
+    pub fn window(&self, signal: &OverflowSignal, sent_bytes: usize) -> Window {
+        let window = |tokens, basis| Window { tokens, basis };
+        if let Some(limit) = signal.limit {
+            return window(limit, WindowBasis::Evidence);
+        }
+        let failed = self.calibration(signal, sent_bytes).tokens(sent_bytes);
+        let answered = self.known.answered_tokens;
+        match self.known.window {
+            Some((tokens, SizeSource::Documented)) if tokens < failed => {
+                window(tokens.max(answered), WindowBasis::Documented)
+            }
+            Some((_, SizeSource::Documented)) | None => {
+                window((failed * 3 / 4).max(answered), WindowBasis::Guess)
+            }
+            Some((tokens, _)) => window(tokens, WindowBasis::Evidence),
+        }
     }
 
-    /// Max tokens of a summary meant for a `window`-token context.
-    pub fn summary_budget(&self, window: u64) -> u64 {
+    /// The largest summary meant for a `window`-token context.
+    pub fn summary_cap(&self, window: u64) -> u64 {
         let share = (window as f64 * SUMMARY_SHARE) as u64;
         self.summary_max_tokens.min(share).max(1)
     }
@@ -120,24 +276,21 @@ impl Sizing {
         let max_output = job.adapter.max_output_tokens(job.request).unwrap_or(0);
         let counts_output =
             !self.known.ignores_output || job.signal.cause == OverflowCause::InputPlusOutput;
-        let summary_budget = self.summary_budget(window);
-        let reserved = overhead
-            + summary_budget
-            + SUMMARY_FRAMING_TOKENS
-            + max_output.min(window / 2)
-            + (window as f64 * MARGIN_SHARE) as u64;
-        let tail_budget =
-            ((window as f64 * self.keep_share) as u64).min(window.saturating_sub(reserved));
+        let tokens = window.tokens;
         Layout {
             items,
             compacted,
-            tail_budget,
-            min_kept: (tail_budget / 4).clamp(16, super::plan::MIN_KEPT_TOKENS),
             calibration,
             window,
             tokens_before,
-            summary_budget,
+            summary_cap: self.summary_cap(tokens),
+            keep_budget: (tokens as f64 * self.keep_share) as u64,
+            reserved: overhead
+                + SUMMARY_FRAMING_TOKENS
+                + max_output.min(tokens / 2)
+                + (tokens as f64 * MARGIN_SHARE) as u64,
             overhead,
+            old_summary,
             counted_output: if counts_output { max_output } else { 0 },
         }
     }
@@ -189,6 +342,7 @@ fn current_trims(job: &Job<'_>) -> HashMap<usize, serde_json::Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::ToolLinks;
 
     fn sizing(summary_max_tokens: u64) -> Sizing {
         Sizing {
@@ -199,9 +353,165 @@ mod tests {
         }
     }
 
+    fn text(tokens: u64) -> Item {
+        Item {
+            tokens,
+            links: ToolLinks::default(),
+        }
+    }
+
+    /// A layout of `items` for a `window` with `basis`, 20 tokens of
+    /// overhead, a 60-token counted output and a 2,000-token summary cap.
+    fn layout(items: Vec<Item>, window: u64, basis: WindowBasis) -> Layout {
+        let sizing = sizing(2_000);
+        Layout {
+            items,
+            compacted: 0,
+            calibration: Calibration::default(),
+            window: Window {
+                tokens: window,
+                basis,
+            },
+            tokens_before: 0,
+            summary_cap: sizing.summary_cap(window),
+            keep_budget: window / 2,
+            reserved: 20 + SUMMARY_FRAMING_TOKENS + 60 + window / 20,
+            overhead: 20,
+            old_summary: 0,
+            counted_output: 60,
+        }
+    }
+
+    /// Four short turns (640 tokens), then a new turn of 3,600 tokens.
+    fn pasted_log() -> Vec<Item> {
+        let mut items: Vec<Item> = (0..8).map(|_| text(80)).collect();
+        items.push(text(3_600));
+        items
+    }
+
     #[test]
-    fn the_summary_budget_is_a_share_of_a_small_window() {
-        assert_eq!(sizing(2000).summary_budget(1024), 153);
-        assert_eq!(sizing(2000).summary_budget(200_000), 2000);
+    fn the_summary_cap_is_a_share_of_a_small_window() {
+        assert_eq!(sizing(2000).summary_cap(1024), 153);
+        assert_eq!(sizing(2000).summary_cap(200_000), 2000);
+    }
+
+    #[test]
+    fn a_short_history_before_a_huge_turn_is_planned_with_a_summary_it_can_afford() {
+        let layout = layout(pasted_log(), 4_096, WindowBasis::Evidence);
+        let (plan, budget) = layout.plan().expect("a plan");
+        assert_eq!(plan.cut, 8, "everything before the new turn goes");
+        assert_eq!(budget, 213, "a third of the 640 tokens summarized");
+        let sized = layout.size(plan, budget).expect("it fits");
+        assert_eq!(sized.summary_tokens, 213);
+        let after = layout.tokens_after(&sized.plan, 213 + SUMMARY_FRAMING_TOKENS);
+        assert!(after + 60 <= 4_096, "{after} tokens");
+    }
+
+    #[test]
+    fn a_summary_of_a_tiny_history_still_gets_its_floor() {
+        let items = vec![text(30), text(30), text(3_000)];
+        let layout = layout(items, 4_096, WindowBasis::Evidence);
+        let (_, budget) = layout.plan().expect("a plan");
+        assert_eq!(budget, MIN_SUMMARY_TOKENS);
+    }
+
+    #[test]
+    fn the_summary_call_gets_only_the_room_the_window_leaves() {
+        let mut items = pasted_log();
+        items[8] = text(3_900);
+        let layout = layout(items, 4_096, WindowBasis::Evidence);
+        let (plan, budget) = layout.plan().expect("a plan");
+        let room = layout.summary_room(&plan);
+        assert!(room < budget && room >= MIN_SUMMARY_TOKENS, "room {room}");
+        assert_eq!(
+            layout.size(plan, budget).expect("fits").summary_tokens,
+            room
+        );
+    }
+
+    #[test]
+    fn a_turn_that_leaves_no_room_for_the_smallest_summary_cannot_fit() {
+        let mut items = pasted_log();
+        items[8] = text(4_000);
+        let layout = layout(items, 4_096, WindowBasis::Evidence);
+        let (plan, budget) = layout.plan().expect("a plan");
+        let refused = layout.size(plan, budget).expect_err("cannot fit");
+        let CompactionError::CannotFit { predicted, window } = refused else {
+            panic!("{refused}");
+        };
+        assert_eq!(
+            (predicted, window),
+            (20 + MIN_SUMMARY_TOKENS + 16 + 4_000 + 60, 4_096)
+        );
+    }
+
+    #[test]
+    fn a_summary_longer_than_the_room_is_cut_at_a_sentence_boundary() {
+        let layout = layout(pasted_log(), 4_096, WindowBasis::Evidence);
+        let (plan, _) = layout.plan().expect("a plan");
+        let room = layout.summary_room(&plan) + SUMMARY_FRAMING_TOKENS;
+        let size = |text: &str| Calibration::default().tokens(text.len()) + SUMMARY_FRAMING_TOKENS;
+        let sentence = "The user asked for the log to be read. ";
+        let long = sentence.repeat(room as usize * 4 / sentence.len() + 5);
+        let fitted = layout
+            .fit_summary(&plan, long.clone(), size)
+            .expect("fits once cut");
+        assert!(fitted.ends_with("read."), "{fitted}");
+        assert!(size(&fitted) <= room && fitted.len() < long.len());
+        let short = sentence.to_string();
+        assert_eq!(layout.fit_summary(&plan, short.clone(), size), Some(short));
+        let one_sentence = "word ".repeat(room as usize * 2);
+        assert_eq!(layout.fit_summary(&plan, one_sentence, size), None);
+    }
+
+    #[test]
+    fn a_guessed_window_never_refuses() {
+        let mut items = pasted_log();
+        items[8] = text(4_000);
+        for basis in [WindowBasis::Guess, WindowBasis::Documented] {
+            let layout = layout(items.clone(), 4_096, basis);
+            let (plan, budget) = layout.plan().expect("a plan");
+            assert_eq!(
+                layout.size(plan, budget).expect("tried").summary_tokens,
+                budget
+            );
+        }
+    }
+
+    fn numberless() -> OverflowSignal {
+        OverflowSignal {
+            signature: "openai".into(),
+            cause: OverflowCause::Input,
+            limit: None,
+            actual: None,
+            requested_output: None,
+        }
+    }
+
+    #[test]
+    fn a_guessed_window_is_never_below_the_largest_answered_request() {
+        let mut sizing = sizing(2_000);
+        let failed_bytes = 14_538 * 4;
+        let guess = sizing.window(&numberless(), failed_bytes);
+        assert_eq!(guess.tokens, 14_538 * 3 / 4);
+        assert_eq!(guess.basis, WindowBasis::Guess);
+        sizing.known.answered_tokens = 13_909;
+        assert_eq!(sizing.window(&numberless(), failed_bytes).tokens, 13_909);
+    }
+
+    #[test]
+    fn a_documented_window_gives_way_to_a_request_that_overflowed_below_it() {
+        let mut sizing = sizing(2_000);
+        sizing.known.window = Some((14_000, SizeSource::Documented));
+        let below = sizing.window(&numberless(), 15_000 * 4);
+        assert_eq!(below.tokens, 14_000);
+        assert_eq!(below.basis, WindowBasis::Documented);
+        let contradicted = sizing.window(&numberless(), 10_000 * 4);
+        assert_eq!(contradicted.basis, WindowBasis::Guess);
+        sizing.known.window = Some((14_000, SizeSource::Config));
+        assert_eq!(
+            sizing.window(&numberless(), 10_000 * 4).basis,
+            WindowBasis::Evidence
+        );
     }
 }

@@ -163,23 +163,39 @@ impl Summarizer<'_> {
             .collect()
     }
 
-    /// Whether `entries` fit the summary calls allowed, before any is made.
-    pub fn check(&self, previous: Option<&str>, entries: &[String]) -> Result<(), SummaryError> {
+    /// The budget of calls writing summaries of at most `max_tokens`.
+    fn budget_for(&self, max_tokens: u64) -> SummaryBudget {
+        SummaryBudget {
+            max_tokens: max_tokens.min(self.budget.max_tokens).max(1),
+            ..self.budget
+        }
+    }
+
+    /// Whether `entries` fit the summary calls allowed, each writing at
+    /// most `max_tokens`, before any is made.
+    pub fn check(
+        &self,
+        max_tokens: u64,
+        previous: Option<&str>,
+        entries: &[String],
+    ) -> Result<(), SummaryError> {
         if entries.is_empty() {
             return Ok(());
         }
-        self.next_chunk(&self.budget, entries, previous, 0)
+        self.next_chunk(&self.budget_for(max_tokens), entries, previous, 0)
             .map(|_| ())
     }
 
-    /// Folds transcript `entries` into `previous`, in as few calls as the
-    /// window allows (one whenever they fit), at most `max_calls`.
+    /// Folds transcript `entries` into `previous` in a summary of at most
+    /// `max_tokens`, in as few calls as the window allows (one whenever
+    /// they fit), at most `max_calls`.
     pub async fn summarize(
         &self,
+        max_tokens: u64,
         previous: Option<&str>,
         entries: &[String],
     ) -> Result<Written, SummaryError> {
-        let mut budget = self.budget;
+        let mut budget = self.budget_for(max_tokens);
         let mut running = previous.map(str::to_string);
         let (mut next, mut calls, mut shrinks, mut retries) = (0, 0, 0, 0);
         let deadline = tokio::time::Instant::now() + self.timeout;

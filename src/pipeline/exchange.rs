@@ -149,11 +149,18 @@ impl Exchange {
 
     /// A request the upstream will certainly refuse, by the calibrated
     /// estimate against a known window, as the overflow it would answer.
+    /// A documented window counts only once this model's bytes-to-tokens
+    /// rate is measured, and only for the input it documents: a guessed
+    /// rate against a window this upstream never stated is not certainty.
     fn certain_overflow(&self, sent_bytes: usize) -> Option<OverflowSignal> {
         let known = self.model_size();
+        let documented = known.evidence_window().is_none();
+        if documented && known.calibration.is_none() {
+            return None;
+        }
         let window = known.window_tokens()?;
         let estimate = known.calibration.unwrap_or_default().tokens(sent_bytes);
-        let output = (!known.ignores_output)
+        let output = (!known.ignores_output && !documented)
             .then(|| self.adapter.max_output_tokens(&self.request))
             .flatten();
         let threshold = self.state.settings.compaction.proactive_threshold;
@@ -311,7 +318,7 @@ impl Exchange {
         sent_bytes: usize,
         model: &str,
     ) -> SummaryBudget {
-        let window = sizing.window(signal, sent_bytes);
+        let window = sizing.window(signal, sent_bytes).tokens;
         let calibration = sizing.calibration(signal, sent_bytes);
         let (own_window, own_calibration) = if model == self.request.model {
             (window, calibration)
@@ -323,7 +330,7 @@ impl Exchange {
         SummaryBudget {
             window: own_window,
             calibration: own_calibration,
-            max_tokens: sizing.summary_budget(window.min(own_window)),
+            max_tokens: sizing.summary_cap(window.min(own_window)),
             max_calls: self.state.settings.compaction.max_summary_calls as usize,
         }
     }
