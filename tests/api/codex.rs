@@ -94,9 +94,18 @@ async fn run_session(
     summary_delay: Duration,
     keepalives: Arc<AtomicUsize>,
 ) -> TestApp {
-    let mut options = Options::default().window(MODEL, WINDOW).settings(
-        json!({"compaction": {"summary_max_tokens": 300, "keepalive_interval": "300ms"}}),
-    );
+    let settings =
+        json!({"compaction": {"summary_max_tokens": 300, "keepalive_interval": "300ms"}});
+    run_session_with(extra_config, settings, summary_delay, keepalives).await
+}
+
+async fn run_session_with(
+    extra_config: &str,
+    settings: Value,
+    summary_delay: Duration,
+    keepalives: Arc<AtomicUsize>,
+) -> TestApp {
+    let mut options = Options::default().window(MODEL, WINDOW).settings(settings);
     options.fake.summary_delay = summary_delay;
     let mut app = spawn_app_with(options).await;
     // Codex talks to the proxy through a tap that counts keep-alives.
@@ -158,6 +167,42 @@ async fn codex_cli_keeps_working_across_compactions() {
         .filter(|r| r.body.windows(20).any(|w| w == b"function_call_output"))
         .count();
     assert!(tool_rounds >= TURNS, "every turn ran a tool round");
+}
+
+/// The fake answers Responses' overflow without numbers, as the real API
+/// does, so Condenser never learns the window from an error: with its
+/// default summary budget it must still compact, never declaring a turn
+/// hopeless from a window it only guessed.
+#[tokio::test]
+async fn codex_cli_is_compacted_by_condenser_with_the_default_summary_budget() {
+    let settings = json!({"compaction": {"keepalive_interval": "300ms"}});
+    let app = run_session_with("", settings, Duration::ZERO, Arc::default()).await;
+    let summaries = app.upstream.summary_requests().len();
+    assert!(summaries >= 2, "{summaries} summaries over {TURNS} turns");
+    let own = app
+        .upstream
+        .chat_requests()
+        .iter()
+        .filter(|r| request_kind(r).as_deref() == Some("compaction"))
+        .count();
+    assert_eq!(own, 0, "Codex never had to compact itself");
+    wait_for_request_rows(&app).await;
+    let refused = app
+        .db
+        .count("select count(*) from requests where compaction_error is not null")
+        .await;
+    assert_eq!(refused, 0, "no turn was declared hopeless");
+}
+
+/// The request rows are written in the background after each response.
+async fn wait_for_request_rows(app: &TestApp) {
+    let answered = app.upstream.chat_requests().len() as i64;
+    for _ in 0..50 {
+        if app.db.count("select count(*) from requests").await * 2 >= answered {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// With a window it knows, Codex compacts its own history too: its

@@ -18,6 +18,7 @@ mod persistence;
 mod process;
 mod realllm;
 mod relaying;
+mod rescue;
 mod responses;
 mod sdk;
 mod silent_upstreams;
