@@ -11,8 +11,8 @@
 //! and what a request costs the proxy is its CPU time anyway.
 
 use bytes::Bytes;
+use condenser::conversation::identify;
 use condenser::conversation::{memo::DEFAULT_CAPACITY, ChainMemo};
-use condenser::pipeline::identify;
 use condenser::protocol::responses::{self, Responses};
 use condenser::protocol::{Adapter, ChatRequest, Protocol};
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};

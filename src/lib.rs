@@ -5,13 +5,13 @@
 //! `pipeline` rewrites and retries, `upstream` forwards and streams back,
 //! `overflow` detects context overflow, `compaction` plans and summarizes.
 
-pub mod admin;
 pub mod app;
 pub mod cli;
 pub mod compaction;
 pub mod config;
 pub mod conversation;
 pub mod error;
+pub mod format;
 pub mod http;
 pub mod maintenance;
 pub mod metrics;

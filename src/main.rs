@@ -48,9 +48,9 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
         Command::CheckConfig => {
             eprintln!("configuration is valid:\n{:#?}", settings.redacted());
         }
-        Command::Healthcheck => condenser::admin::healthcheck(settings.listen).await?,
+        Command::Healthcheck => condenser::cli::commands::healthcheck(settings.listen).await?,
         Command::Migrate | Command::Conversations(_) | Command::Tenants(_) => {
-            condenser::admin::run(command, &settings).await?
+            condenser::cli::commands::run(command, &settings).await?
         }
     }
     Ok(())

@@ -2,11 +2,11 @@
 
 use crate::config::Settings;
 use crate::conversation::ChainMemo;
-use crate::http::routes::RouteTable;
 use crate::overflow::SignatureTable;
-use crate::pipeline::sizes::Sizes;
 use crate::store::Storage;
 use crate::store::{notify, Backend, Store, StoreOptions, Writer};
+use crate::tokens::Sizes;
+use crate::upstream::routes::RouteTable;
 use crate::upstream::UpstreamClient;
 use anyhow::Context;
 use std::sync::Arc;

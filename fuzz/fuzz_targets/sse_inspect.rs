@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use condenser::overflow::SignatureTable;
-use condenser::pipeline::inspect::{inspect, Inspected};
+use condenser::overflow::inspect::{inspect, Inspected};
 use condenser::protocol::{responses::Responses, Adapter, Protocol};
 use std::sync::OnceLock;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use condenser::compaction::plan::{plan, safe_cuts, Item};
 use condenser::conversation::ChainMemo;
-use condenser::pipeline::identify;
+use condenser::conversation::identify;
 use condenser::protocol::{Adapter, ChatRequest};
 use http::HeaderMap;
 use serde_json::value::RawValue;

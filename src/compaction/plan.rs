@@ -209,4 +209,49 @@ mod tests {
         assert_eq!(plan(&[text(10)], 0, 1, MIN_KEPT_TOKENS), None);
         assert_eq!(plan(&agent_turns(), 7, 1, MIN_KEPT_TOKENS), None);
     }
+    /// A Responses request's units as the planner sees them: no safe cut
+    /// parts a reasoning item from the item after it, or a call from its
+    /// output.
+    #[test]
+    fn no_safe_cut_parts_reasoning_from_its_item_or_a_call_from_its_output() {
+        use crate::protocol::responses::Responses;
+        use crate::protocol::Adapter;
+        use serde_json::{json, Value};
+        let reasoning = |id: &str| json!({"type": "reasoning", "id": id, "encrypted_content": "e"});
+        let call = |id: &str| json!({"type": "function_call", "call_id": id, "name": "f", "arguments": "{}"});
+        let output =
+            |id: &str| json!({"type": "function_call_output", "call_id": id, "output": "x"});
+        let body = json!({"model": "m", "input": [
+            {"role": "user", "content": "one"},
+            reasoning("rs_1"), call("c1"), call("c2"), output("c1"), output("c2"),
+            reasoning("rs_2"), {"type": "message", "role": "assistant", "content": []},
+            {"role": "user", "content": "two"},
+            reasoning("rs_3"), call("c3"), output("c3")
+        ]});
+        let request = Responses
+            .parse(body.to_string().as_bytes())
+            .expect("parses");
+        let units = request.messages();
+        let items: Vec<Item> = units
+            .iter()
+            .map(|unit| Item {
+                tokens: 1,
+                links: Responses.tool_links(unit),
+            })
+            .collect();
+        let cuts = safe_cuts(&items);
+        assert_eq!(cuts, vec![1, 5, 6, 7]);
+        let of = |unit: &Value| match unit {
+            Value::Array(items) => items.clone(),
+            item => vec![item.clone()],
+        };
+        for cut in cuts {
+            let before = of(&units[cut - 1]);
+            assert_ne!(
+                before.last().map(|i| i["type"].clone()),
+                Some(json!("reasoning"))
+            );
+            assert_ne!(of(&units[cut])[0]["type"], "function_call_output");
+        }
+    }
 }

@@ -6,10 +6,10 @@
 //! times.
 
 use super::chunks::{self, Chunk};
-use crate::http::routes::Route;
 use crate::overflow::{OverflowSignal, SignatureTable};
 use crate::protocol::{Adapter, SUMMARY_MARKER};
 use crate::tokens::Calibration;
+use crate::upstream::routes::Route;
 use crate::upstream::UpstreamClient;
 use http::{HeaderMap, HeaderValue, Method};
 use serde_json::Value;

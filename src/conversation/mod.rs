@@ -2,11 +2,12 @@
 //! the credential) and which conversation this is (a content-addressed chain).
 
 pub mod chain;
+pub mod identify;
 pub mod memo;
 pub mod tenant;
 pub mod trim;
 
-pub use chain::{canonical_json, ChainHash};
+pub use chain::ChainHash;
 pub use memo::ChainMemo;
 pub use tenant::TenantId;
 pub use trim::TrimRecord;

@@ -24,6 +24,16 @@ impl TenantId {
         Self(hex)
     }
 
+    /// The first characters of the digest: enough to tell tenants apart,
+    /// short enough to keep them opaque.
+    pub fn short(&self) -> String {
+        let digest = self.as_str();
+        digest
+            .get(..super::chain::SHORT_ID_CHARS)
+            .unwrap_or(digest)
+            .to_owned()
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -3,11 +3,10 @@
 mod guard;
 pub mod ops;
 pub mod passthrough;
-pub mod routes;
 pub mod serve;
 
-use crate::http::routes::Endpoint;
 use crate::state::AppState;
+use crate::upstream::routes::Endpoint;
 use axum::extract::{Request, State};
 use axum::response::Response;
 use axum::Router;
@@ -37,7 +36,12 @@ async fn proxy(State(state): State<AppState>, request: Request) -> Response {
     tracing::debug!(upstream = %route.upstream.name, endpoint = ?route.endpoint, "routed");
     match route.endpoint {
         Endpoint::Chat | Endpoint::Responses => {
-            crate::pipeline::handle(&state, route, request).await
+            let (parts, body) = request.into_parts();
+            let limit = state.settings.max_body_bytes;
+            match passthrough::read_body(body, limit).await {
+                Ok(body) => crate::pipeline::handle(&state, route, parts, body).await,
+                Err(error) => error.into_response_for(route.upstream.protocol),
+            }
         }
         Endpoint::Passthrough => passthrough::forward(&state, route, request).await,
     }

@@ -2,12 +2,11 @@
 //! streaming in both directions.
 
 use crate::error::{caused_by, ProxyError};
-use crate::http::routes::Route;
 use crate::state::AppState;
-use crate::upstream::{headers, relay};
+use crate::upstream::routes::Route;
 use axum::body::Body;
 use axum::extract::Request;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use http_body_util::{BodyExt, Limited};
 
 pub async fn forward(state: &AppState, route: Route, request: Request) -> Response {
@@ -18,21 +17,11 @@ pub async fn forward(state: &AppState, route: Route, request: Request) -> Respon
     }
     let (parts, body) = request.into_parts();
     let limited = Body::new(Limited::new(body, limit)).into_data_stream();
-    let outgoing = headers::request_headers(&parts.headers);
-    let sent = state
+    let body = reqwest::Body::wrap_stream(limited);
+    state
         .upstream
-        .send(
-            &route.upstream,
-            parts.method,
-            &route.url,
-            outgoing,
-            reqwest::Body::wrap_stream(limited),
-        )
-        .await;
-    match sent {
-        Ok(response) => relay::relay(response, state.upstream.idle_timeout()).into_response(),
-        Err(error) => error.into_response_for(protocol),
-    }
+        .forward(&route, parts.method, &parts.headers, body)
+        .await
 }
 
 pub fn declared_length(request: &Request) -> Option<usize> {

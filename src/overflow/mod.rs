@@ -9,6 +9,7 @@
 //! throttling, over-long parameter strings) are vetoed before any match.
 
 mod extract;
+pub mod inspect;
 mod matcher;
 mod numbers;
 #[cfg(test)]

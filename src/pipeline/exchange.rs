@@ -2,21 +2,21 @@
 //! overflow compact and send again, at most `max_compactions` times.
 
 use super::budget::CompactionBudget;
-use super::inspect::{inspect, Inspected};
 use super::persist::Persisted;
 use super::respond::{self, Report};
 use super::rewrite;
-use super::usage::UsageTap;
 use crate::compaction::{self, CompactionError, Job, Sizing, Summarizer, SummaryBudget};
 use crate::conversation::Conversation;
 use crate::error::ProxyError;
-use crate::http::routes::Route;
+use crate::overflow::inspect::{inspect, Inspected};
 use crate::overflow::{OverflowCause, OverflowSignal};
 use crate::protocol::{Adapter, ChatRequest};
 use crate::state::AppState;
 use crate::store::{Compaction, QueueFull};
+use crate::tokens::usage::UsageTap;
 use crate::tokens::ModelSize;
 use crate::upstream::headers;
+use crate::upstream::routes::Route;
 use axum::response::Response;
 use bytes::Bytes;
 use http::request::Parts;

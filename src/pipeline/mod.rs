@@ -4,40 +4,29 @@
 
 pub mod budget;
 mod exchange;
-pub mod identify;
-pub mod inspect;
 mod keepalive;
 mod observe;
 pub mod persist;
 mod respond;
 pub mod rewrite;
-pub mod sizes;
-mod usage;
 mod work;
 
-use crate::http::passthrough::read_body;
-use crate::http::routes::Route;
 use crate::state::AppState;
-use crate::upstream::headers;
-use axum::extract::Request;
+use crate::upstream::routes::Route;
 use axum::response::Response;
+use bytes::Bytes;
 use exchange::Exchange;
+use http::request::Parts;
 
 use tracing::Instrument;
 
 pub use keepalive::KEEPALIVE_COMMENT;
 
-pub async fn handle(state: &AppState, route: Route, request: Request) -> Response {
-    let protocol = route.upstream.protocol;
-    let (parts, body) = request.into_parts();
-    let body = match read_body(body, state.settings.max_body_bytes).await {
-        Ok(body) => body,
-        Err(error) => return error.into_response_for(protocol),
-    };
+pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -> Response {
     let adapter = route.adapter();
     let salt = state.settings.storage.tenant_salt.as_bytes();
     let identified = adapter.outline(body.clone()).and_then(|outline| {
-        identify::conversation(
+        crate::conversation::identify::conversation(
             adapter,
             salt,
             &parts.headers,
@@ -47,21 +36,10 @@ pub async fn handle(state: &AppState, route: Route, request: Request) -> Respons
     });
     // Invariant 9: what Condenser cannot parse goes upstream unchanged.
     let Some((chat, conversation)) = identified else {
-        let outgoing = headers::request_headers(&parts.headers);
-        return match state
-            .upstream
-            .send(
-                &route.upstream,
-                parts.method,
-                &route.url,
-                outgoing,
-                body.into(),
-            )
-            .await
-        {
-            Ok(response) => crate::upstream::relay::relay(response, state.upstream.idle_timeout()),
-            Err(error) => error.into_response_for(protocol),
-        };
+        let upstream = &state.upstream;
+        return upstream
+            .forward(&route, parts.method, &parts.headers, body.into())
+            .await;
     };
     let chat = std::sync::Arc::new(chat);
     let persisted = persist::queue(

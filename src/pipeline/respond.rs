@@ -1,8 +1,8 @@
 //! Responses as the client sees them: relayed bodies, unchanged upstream
 //! errors, and the `x-condenser-*` headers that say what was done.
 
-use super::inspect::{is_event_stream, Inspected};
-use super::usage::{UsageRead, UsageTap};
+use crate::overflow::inspect::{is_event_stream, Inspected};
+use crate::tokens::usage::{UsageRead, UsageTap};
 use crate::upstream::{headers, relay};
 use axum::body::Body;
 use axum::response::Response;
@@ -68,7 +68,7 @@ pub fn relayed(
             let body = first.chain(rest);
             let (body, read) = match usage.filter(|_| status.is_success()) {
                 Some(tap) => {
-                    let (body, read) = super::usage::tap(body, event_stream, tap);
+                    let (body, read) = crate::tokens::usage::tap(body, event_stream, tap);
                     (Body::from_stream(body), Some(read))
                 }
                 None => (Body::from_stream(body), None),

@@ -3,6 +3,7 @@
 //! planner and the store never look inside a message themselves.
 
 pub mod anthropic;
+pub mod canonical;
 mod head;
 pub mod openai;
 mod request;

@@ -6,7 +6,7 @@ use super::{
     elide_middle, with_text_content, Adapter, ChatRequest, Outline, Protocol, SystemPart,
     ToolLinks, Trimmed, Usage, SUMMARY_MARKER,
 };
-use crate::conversation::canonical_json;
+use crate::protocol::canonical::canonical_json;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use std::ops::Range;

@@ -11,7 +11,6 @@
 //! write is either idempotent or a single statement, so a crash or a second
 //! instance never leaves a half-written row (invariant 7).
 
-mod admin;
 mod compactions;
 mod connect;
 mod conversations;
@@ -28,10 +27,8 @@ mod overview;
 pub mod prune;
 mod requests;
 mod rows;
-mod text;
 mod writer;
 
-pub use admin::{render_detail, render_list};
 pub use compactions::Compaction;
 pub use conversations::{ConversationDetail, ConversationSummary, MessageNode};
 pub use degradable::Storage;
@@ -43,7 +40,6 @@ pub use messages::{MessageBatch, NewMessage};
 pub use overview::{LearnedWindow, MessageText, Overview};
 pub use requests::{RequestPoint, RequestRecord, PRUNE_EVERY, REQUESTS_KEPT};
 pub use rows::now_ms;
-pub use text::{human_bytes, short_hash, short_tenant, utc_time};
 pub use writer::{MessageWrite, QueueFull, RowsFrom, Writer};
 
 use sqlx::AnyPool;

@@ -5,9 +5,12 @@
 
 mod book;
 mod known;
+pub mod sizes;
+pub mod usage;
 
 pub use book::{ModelSize, SizeBook, SizeSource};
 pub use known::documented_window;
+pub use sizes::Sizes;
 
 /// Bytes per token when nothing better is known.
 pub const DEFAULT_BYTES_PER_TOKEN: f64 = 4.0;

@@ -2,11 +2,13 @@
 
 pub mod headers;
 pub mod relay;
+pub mod routes;
 
 use crate::config::Timeouts;
 use crate::error::{caused_by, ProxyError};
-use crate::http::routes::Upstream;
+use axum::response::Response;
 use http::{HeaderMap, Method};
+use routes::{Route, Upstream};
 
 #[derive(Clone)]
 pub struct UpstreamClient {
@@ -34,6 +36,26 @@ impl UpstreamClient {
 
     pub fn idle_timeout(&self) -> std::time::Duration {
         self.timeouts.idle
+    }
+
+    /// Forwards a request Condenser does not handle, byte for byte, and
+    /// relays the answer as it streams: the one forwarding path of the
+    /// untouched routes and of bodies Condenser cannot parse.
+    pub async fn forward(
+        &self,
+        route: &Route,
+        method: Method,
+        client_headers: &HeaderMap,
+        body: reqwest::Body,
+    ) -> Response {
+        let outgoing = headers::request_headers(client_headers);
+        match self
+            .send(&route.upstream, method, &route.url, outgoing, body)
+            .await
+        {
+            Ok(response) => relay::relay(response, self.idle_timeout()),
+            Err(error) => error.into_response_for(route.upstream.protocol),
+        }
     }
 
     /// Sends a request and waits for the response headers, at most the

@@ -4,10 +4,9 @@
 use super::templates::render;
 use super::view;
 use crate::conversation::{ChainHash, TenantId};
+use crate::format::utc_time;
 use crate::state::AppState;
-use crate::store::{
-    short_hash, short_tenant, utc_time, ListQuery, SortBy, Store, StoreError, MAX_PAGE,
-};
+use crate::store::{ListQuery, SortBy, Store, StoreError, MAX_PAGE};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -148,13 +147,13 @@ async fn conversation_page(
     let title = row
         .label
         .clone()
-        .unwrap_or_else(|| format!("Conversation {}", short_hash(&root)));
+        .unwrap_or_else(|| format!("Conversation {}", root.short()));
     Ok(Some(render(
         "conversation.html",
         context! {
             title,
-            tenant_short => short_tenant(&tenant),
-            root_short => short_hash(&root),
+            tenant_short => tenant.short(),
+            root_short => root.short(),
             messages => row.messages,
             requests => row.requests,
             context => view::context(row.tokens, row.window_tokens),

@@ -2,10 +2,8 @@
 //! rows to serializable views, so the pages are plain templates.
 
 use crate::conversation::ChainHash;
-use crate::store::{
-    human_bytes, short_hash, short_tenant, utc_time, Compaction, ConversationDetail,
-    ConversationRow, MessageText, RequestPoint,
-};
+use crate::format::{human_bytes, utc_time};
+use crate::store::{Compaction, ConversationDetail, ConversationRow, MessageText, RequestPoint};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -42,8 +40,8 @@ pub fn row(row: &ConversationRow) -> RowView {
     RowView {
         href: href(row.tenant.as_str(), &row.root),
         label: row.label.clone(),
-        root_short: short_hash(&row.root),
-        tenant_short: short_tenant(&row.tenant),
+        root_short: row.root.short(),
+        tenant_short: row.tenant.short(),
         last_activity: utc_time(row.last_activity_ms),
         messages: row.messages,
         compactions: row.compactions,
@@ -175,7 +173,7 @@ pub fn branches(detail: &ConversationDetail, path: &[MessageText]) -> Vec<Branch
     leaves
         .into_iter()
         .map(|m| BranchView {
-            hash: short_hash(&m.hash),
+            hash: m.hash.short(),
             position: m.position,
             created: utc_time(m.created_at_ms),
             live: on_path.contains(&m.hash),

@@ -108,40 +108,6 @@ fn a_stream_error_is_a_response_failed_event_with_the_upstream_error() {
     assert_eq!(data["response"]["error"]["code"], "context_length_exceeded");
 }
 
-#[test]
-fn no_safe_cut_parts_reasoning_from_its_item_or_a_call_from_its_output() {
-    use crate::compaction::plan::{safe_cuts, Item};
-    let reasoning = |id: &str| json!({"type": "reasoning", "id": id, "encrypted_content": "e"});
-    let call =
-        |id: &str| json!({"type": "function_call", "call_id": id, "name": "f", "arguments": "{}"});
-    let output = |id: &str| json!({"type": "function_call_output", "call_id": id, "output": "x"});
-    let request = parse(json!({"model": "m", "input": [
-        {"role": "user", "content": "one"},
-        reasoning("rs_1"), call("c1"), call("c2"), output("c1"), output("c2"),
-        reasoning("rs_2"), {"type": "message", "role": "assistant", "content": []},
-        {"role": "user", "content": "two"},
-        reasoning("rs_3"), call("c3"), output("c3")
-    ]}));
-    let items: Vec<Item> = request
-        .messages()
-        .iter()
-        .map(|unit| Item {
-            tokens: 1,
-            links: Responses.tool_links(unit),
-        })
-        .collect();
-    let cuts = safe_cuts(&items);
-    assert_eq!(cuts, vec![1, 5, 6, 7]);
-    for cut in cuts {
-        let before = units::items(&request.messages()[cut - 1]);
-        assert_ne!(before.last().map(units::item_type), Some("reasoning"));
-        assert_ne!(
-            units::item_type(&units::items(&request.messages()[cut])[0]),
-            "function_call_output"
-        );
-    }
-}
-
 /// The pieces identity digests: the client's bytes when outlined.
 fn piece_texts(outline: &Outline) -> Vec<String> {
     outline

@@ -2,7 +2,7 @@
 //! lines for summary calls, tool outputs for trimming.
 
 use super::units::{item_type, items};
-use crate::conversation::canonical_json;
+use crate::protocol::canonical::canonical_json;
 use crate::protocol::elide_middle;
 // Message contents and tool outputs: a string, or parts with `text`.
 use crate::protocol::openai::text_of;

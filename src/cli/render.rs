@@ -2,9 +2,9 @@
 //! indented child lines, compaction points as marker lines. Pure functions,
 //! so the CLI only prints what these return.
 
-use super::text::{align, human_bytes, short_hash, short_tenant, utc_time};
-use super::{Compaction, ConversationDetail, ConversationSummary, MessageNode};
 use crate::conversation::ChainHash;
+use crate::format::{align, human_bytes, utc_time};
+use crate::store::{Compaction, ConversationDetail, ConversationSummary, MessageNode};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Write;
 
@@ -31,8 +31,8 @@ pub fn render_list(rows: &[ConversationSummary]) -> String {
             (Some(label), count) => format!("{label} (+{})", count - 1),
         };
         table.push(vec![
-            short_hash(&row.root),
-            short_tenant(&row.tenant),
+            row.root.short(),
+            row.tenant.short(),
             row.messages.to_string(),
             row.branches.to_string(),
             human_bytes(row.bytes),
@@ -140,8 +140,8 @@ fn detail_header(detail: &ConversationDetail) -> String {
         .count();
     let mut out = format!(
         "conversation {}  tenant {}\n",
-        short_hash(&detail.root),
-        short_tenant(&detail.tenant)
+        detail.root.short(),
+        detail.tenant.short()
     );
     if !labels.is_empty() {
         let labels: Vec<&str> = labels.into_iter().collect();
@@ -163,7 +163,7 @@ fn message_cells(message: &MessageNode) -> Vec<String> {
         message.role.clone(),
         human_bytes(message.bytes),
         message.token_estimate.to_string(),
-        short_hash(&message.hash),
+        message.hash.short(),
     ]
 }
 

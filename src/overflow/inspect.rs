@@ -135,7 +135,7 @@ async fn next_chunk(
     }
 }
 
-pub(super) fn is_event_stream(headers: &HeaderMap) -> bool {
+pub fn is_event_stream(headers: &HeaderMap) -> bool {
     headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())

@@ -1,6 +1,9 @@
 //! Command line: `condenser [serve]`, `check-config`, `migrate`,
 //! `healthcheck`, `conversations list|show|delete`, `tenants delete`. Flags are the last configuration layer.
 
+pub mod commands;
+pub mod render;
+
 use crate::config::LogFormat;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

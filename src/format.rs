@@ -1,19 +1,5 @@
-//! Text formatting for the operator views: sizes, times, short ids, tables.
-
-use crate::conversation::{ChainHash, TenantId};
-
-/// Characters of a hash or tenant digest shown: enough to pass back to
-/// `conversations show`, short enough to keep tenants opaque.
-const ID_CHARS: usize = 12;
-
-pub fn short_hash(hash: &ChainHash) -> String {
-    hash.to_hex()[..ID_CHARS].to_owned()
-}
-
-pub fn short_tenant(tenant: &TenantId) -> String {
-    let digest = tenant.as_str();
-    digest.get(..ID_CHARS).unwrap_or(digest).to_owned()
-}
+//! Beside the flow, presentation: sizes, times and aligned tables as the
+//! operator page and the command line print them.
 
 /// `85 B`, `1.9 KB`, `3.2 MB` (binary units).
 pub fn human_bytes(bytes: i64) -> String {
@@ -66,7 +52,7 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
 
 /// Pads columns to equal width (the `right` columns right-aligned, for
 /// numbers), two spaces apart, without trailing spaces.
-pub(super) fn align(table: &[Vec<String>], right: &[usize]) -> Vec<String> {
+pub fn align(table: &[Vec<String>], right: &[usize]) -> Vec<String> {
     let mut widths: Vec<usize> = Vec::new();
     for row in table {
         widths.resize(widths.len().max(row.len()), 0);

@@ -1,9 +1,10 @@
 //! Operator commands that read or prepare the database.
 
+use super::render::{render_detail, render_list};
 use crate::cli::{Command, ConversationsCommand, TenantsCommand};
 use crate::config::Settings;
 use crate::conversation::TenantId;
-use crate::store::{render_detail, render_list, Deleted, Store};
+use crate::store::{Deleted, Store};
 use anyhow::Context;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};

@@ -6,7 +6,7 @@
 //! per request: on the hot path, a wake-up of another task costs more than
 //! reading a kilobyte.
 
-use super::sizes::Sizes;
+use super::Sizes;
 use crate::protocol::{Adapter, Usage};
 use bytes::{Bytes, BytesMut};
 use eventsource_stream::{EventStream, Eventsource};
