@@ -1,3 +1,5 @@
+//! Beside the flow, the process: build the listener and the state, serve, drain.
+//!
 //! Building and running the server.
 //!
 //! Layers, outermost first:

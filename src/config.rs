@@ -1,3 +1,5 @@
+//! Beside the flow, configuration.
+//!
 //! Settings, layered: built-in defaults < `config/default.toml` (or
 //! `--config FILE`) < environment < command-line flags.
 //!
@@ -155,9 +157,9 @@ pub struct CompactionSettings {
     pub max_compactions: u32,
     #[serde(default = "defaults::summary_max_tokens")]
     pub summary_max_tokens: u64,
-    /// Model for summary calls; empty means the request's own model.
-    #[serde(default)]
-    pub summary_model: String,
+    /// Model for summary calls; unset (or empty) means the request's own.
+    #[serde(default, deserialize_with = "non_empty")]
+    pub summary_model: Option<String>,
     /// Role of the inserted summary message.
     #[serde(default = "defaults::summary_role")]
     pub summary_role: String,
@@ -214,4 +216,13 @@ impl Settings {
         settings.validate()?;
         Ok(settings)
     }
+}
+
+/// An optional string where an empty one, as an empty environment variable
+/// gives, means unset.
+fn non_empty<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<String>, D::Error> {
+    let value: Option<String> = Option::deserialize(deserializer)?;
+    Ok(value.filter(|text| !text.is_empty()))
 }

@@ -1,3 +1,5 @@
+//! Beside the flow, errors: what the proxy itself answers.
+//!
 //! Errors the proxy itself raises, rendered in the error shape of the
 //! protocol the client speaks, so SDKs parse them like upstream errors.
 

@@ -1,3 +1,5 @@
+//! Beside the flow, the process: the entry point.
+//!
 //! Thin entry point: parse flags, load settings, start telemetry, run.
 
 use clap::Parser;

@@ -1,3 +1,5 @@
+//! Beside the flow, retention: what the operator no longer keeps.
+//!
 //! Retention and pruning (`storage.retention`, `storage.prune_branches_after`):
 //! a background loop on every instance, of which only the holder of the
 //! maintenance lease works at a time. It deletes in small batches, each
@@ -58,7 +60,7 @@ pub fn spawn(storage: &Storage, settings: &StorageSettings) {
 /// holder's turn passes to another instance after three intervals.
 async fn take_turn(store: &Store, holder: &str, interval: Duration) -> Result<bool, StoreError> {
     let tenant = TenantId::from_stored("condenser-maintenance".to_owned());
-    let key = ChainHash::from_hex(&"0".repeat(64)).unwrap_or_else(|| unreachable!("valid hex"));
+    let key = ChainHash::ZERO;
     store
         .try_acquire_lease(&tenant, &key, holder, interval * 3)
         .await

@@ -1,3 +1,5 @@
+//! Beside the flow, metrics.
+//!
 //! Prometheus metrics at `/metrics`. Labels are bounded enums only (route
 //! kind, status, outcome), never a conversation id, a model or a key.
 
@@ -43,7 +45,9 @@ pub fn handle() -> PrometheusHandle {
         .clone()
 }
 
-/// HELP lines, so a scrape explains itself.
+/// HELP lines, so a scrape explains itself. Declarative table: one
+/// description per metric, longer than a function should be and no harder
+/// to read for it.
 fn describe() {
     use metrics::{describe_counter, describe_histogram, Unit};
     describe_counter!(

@@ -1,3 +1,5 @@
+//! Beside the flow, shared state: what every request runs on.
+//!
 //! What every request handler shares, built once at start-up.
 
 use crate::config::Settings;

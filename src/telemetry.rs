@@ -1,3 +1,5 @@
+//! Beside the flow, logging.
+//!
 //! Logging: human-readable by default, JSON on request; `RUST_LOG` filters.
 //! Every line inside a request carries its `request_id` through the span.
 

@@ -1,3 +1,5 @@
+//! Beside the flow, the command line: operator commands.
+//!
 //! Operator commands that read or prepare the database.
 
 use super::render::{render_detail, render_list};

@@ -1,3 +1,5 @@
+//! Beside the flow, the command line.
+//!
 //! Command line: `condenser [serve]`, `check-config`, `migrate`,
 //! `healthcheck`, `conversations list|show|delete`, `tenants delete`. Flags are the last configuration layer.
 

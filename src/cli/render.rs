@@ -1,3 +1,5 @@
+//! Beside the flow, the command line: the operator views as text.
+//!
 //! Plain-text rendering of the operator views: aligned tables, branches as
 //! indented child lines, compaction points as marker lines. Pure functions,
 //! so the CLI only prints what these return.

@@ -1,3 +1,5 @@
+//! Step 7, compact: summary calls.
+//!
 //! Packing a transcript into summary calls (pure): the largest chunks one
 //! call can carry, at most `max_calls` of them. A transcript larger than
 //! that has its largest entries cut in the middle (head and tail kept, as

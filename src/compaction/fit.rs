@@ -1,3 +1,5 @@
+//! Step 7, compact: a summary cut to size.
+//!
 //! Cutting a summary to size (pure): whole sentences or lines only, so what
 //! remains reads as written.
 

@@ -1,4 +1,4 @@
-//! Step 7, "compact": plan a cut, summarize what goes, store the result as a
+//! Step 7, compact: plan a cut, summarize what goes, store the result as a
 //! compaction of that exact prefix. One summarizer per prefix across all
 //! instances: a lease in the store elects it, the others wait and reuse.
 
@@ -13,7 +13,7 @@ use crate::conversation::Conversation;
 use crate::conversation::{ChainHash, TenantId};
 use crate::overflow::OverflowSignal;
 use crate::protocol::{Adapter, ChatRequest};
-use crate::store::{Compaction, Storage};
+use crate::store::{Compaction, CompactionFailure, Storage, Trigger};
 use plan::Plan;
 use sizing::Layout;
 pub use sizing::{Sizing, Window, WindowBasis};
@@ -37,12 +37,12 @@ pub enum CompactionError {
 }
 
 impl CompactionError {
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> CompactionFailure {
         match self {
-            Self::NothingToCompact => "nothing_to_compact",
-            Self::CannotFit { .. } => "cannot_fit",
+            Self::NothingToCompact => CompactionFailure::NothingToCompact,
+            Self::CannotFit { .. } => CompactionFailure::CannotFit,
             Self::Summary(error) => error.kind(),
-            Self::WaitedTooLong(_) => "lease_wait_timeout",
+            Self::WaitedTooLong(_) => CompactionFailure::LeaseWaitTimeout,
         }
     }
 }
@@ -56,7 +56,7 @@ pub struct Job<'a> {
     pub signal: &'a OverflowSignal,
     /// Size of the upstream request that overflowed.
     pub sent_bytes: usize,
-    pub trigger: &'static str,
+    pub trigger: Trigger,
 }
 
 /// A cut that fits, with the sizes it was planned from, the summary's
@@ -122,9 +122,10 @@ pub async fn compact(
         let acquired = lease.acquire().await;
         if acquired != Some(false) {
             let work = summarize_and_store(storage, summarizer, planned, job);
+            // Renewal never ends: the summary's result ends the race.
             let result = tokio::select! {
                 result = work => result,
-                () = lease.keep_renewed() => unreachable!("renewal never ends"),
+                never = lease.keep_renewed() => match never {},
             };
             if acquired == Some(true) {
                 lease.release().await;
@@ -132,7 +133,7 @@ pub async fn compact(
             return result;
         }
         if let Some(done) = newer_compaction(storage, job).await {
-            metrics::counter!("condenser_compactions_total", "trigger" => job.trigger, "outcome" => "reused").increment(1);
+            metrics::counter!("condenser_compactions_total", "trigger" => job.trigger.as_str(), "outcome" => "reused").increment(1);
             return Ok(done);
         }
         if Instant::now() > deadline {
@@ -164,7 +165,7 @@ impl Lease<'_> {
     }
 
     /// Extends the lease every third of its TTL, for as long as it is polled.
-    async fn keep_renewed(&self) {
+    async fn keep_renewed(&self) -> std::convert::Infallible {
         loop {
             tokio::time::sleep(self.ttl / 3).await;
             if self.acquire().await == Some(false) {
@@ -206,63 +207,65 @@ async fn summarize_and_store(
     planned: &Planned,
     job: &Job<'_>,
 ) -> Result<Compaction, CompactionError> {
-    let base = job
-        .current
-        .map_or(job.conversation.chain[0], |c| c.prefix_hash);
     // Another instance may have finished while this one was being elected.
     if let Some(done) = newer_compaction(storage, job).await {
         return Ok(done);
     }
     let started = Instant::now();
-    let Planned {
-        layout,
-        plan,
-        summary_tokens,
-        transcript,
-    } = planned;
-    let compacted = layout.compacted;
-    let (summary, calls) = if plan.cut > compacted {
-        let previous = job.current.map(|c| c.summary.as_str());
-        let written = summarizer
-            .summarize(*summary_tokens, previous, transcript)
-            .await?;
-        (written.text, written.calls)
-    } else {
-        let current = job.current.map(|c| c.summary.clone());
-        (current.unwrap_or_default(), 0)
-    };
+    let (summary, calls) = write_summary(summarizer, planned, job).await?;
+    let Planned { layout, plan, .. } = planned;
     let size = |text: &str| {
         let message = job.adapter.summary_message("user", text).to_string();
         layout.calibration.tokens(message.len())
     };
     // Never send a request known not to fit.
-    let summary =
-        layout
-            .fit_summary(plan, summary, size)
-            .ok_or_else(|| CompactionError::CannotFit {
-                predicted: layout.tokens_after(plan, *summary_tokens),
-                window: layout.window.tokens,
-            })?;
+    let too_large = || CompactionError::CannotFit {
+        predicted: layout.tokens_after(plan, planned.summary_tokens),
+        window: layout.window.tokens,
+    };
+    let summary = layout
+        .fit_summary(plan, summary, size)
+        .ok_or_else(too_large)?;
     let summary_tokens = size(&summary);
-    let trims = trims::trims_for(job, plan, layout);
     let compaction = Compaction {
         prefix_hash: job.conversation.chain[plan.cut],
-        base_hash: base,
+        base_hash: job
+            .current
+            .map_or(job.conversation.chain[0], |c| c.prefix_hash),
         prefix_len: plan.cut as i64,
         summary_tokens: summary_tokens as i64,
         summary,
-        messages_compacted: (plan.cut - compacted) as i64,
+        messages_compacted: (plan.cut - layout.compacted) as i64,
         tokens_before: layout.tokens_before as i64,
         tokens_after: layout.tokens_after(plan, summary_tokens) as i64,
         model: summarizer.model.to_string(),
-        trigger: job.trigger.to_string(),
-        trims,
+        trigger: job.trigger,
+        trims: trims::trims_for(job, plan, layout),
         duration_ms: started.elapsed().as_millis() as i64,
         created_at_ms: crate::store::now_ms(),
     };
     store(storage, job, &compaction).await;
     log_compaction(job, &compaction, calls);
     Ok(compaction)
+}
+
+/// The summary of what `planned` cuts, folded into the current one, and
+/// the calls it took; the current summary as it is when the plan only
+/// trims.
+async fn write_summary(
+    summarizer: &Summarizer<'_>,
+    planned: &Planned,
+    job: &Job<'_>,
+) -> Result<(String, usize), CompactionError> {
+    if planned.plan.cut == planned.layout.compacted {
+        let current = job.current.map(|c| c.summary.clone());
+        return Ok((current.unwrap_or_default(), 0));
+    }
+    let previous = job.current.map(|c| c.summary.as_str());
+    let written = summarizer
+        .summarize(planned.summary_tokens, previous, &planned.transcript)
+        .await?;
+    Ok((written.text, written.calls))
 }
 
 async fn store(storage: &Storage, job: &Job<'_>, compaction: &Compaction) {
@@ -280,7 +283,7 @@ async fn store(storage: &Storage, job: &Job<'_>, compaction: &Compaction) {
         Some(false) => "duplicate",
         None => "unstored",
     };
-    metrics::counter!("condenser_compactions_total", "trigger" => job.trigger, "outcome" => outcome).increment(1);
+    metrics::counter!("condenser_compactions_total", "trigger" => job.trigger.as_str(), "outcome" => outcome).increment(1);
     metrics::histogram!("condenser_summary_seconds").record(compaction.duration_ms as f64 / 1000.0);
     metrics::histogram!("condenser_compaction_tokens", "stage" => "before")
         .record(compaction.tokens_before as f64);
@@ -292,7 +295,7 @@ fn log_compaction(job: &Job<'_>, compaction: &Compaction, summary_calls: usize) 
     tracing::info!(
         conversation = job.conversation.label.as_deref().unwrap_or(""),
         root = %job.conversation.chain[0],
-        trigger = job.trigger,
+        trigger = job.trigger.as_str(),
         overflow.signature = %job.signal.signature,
         overflow.cause = ?job.signal.cause,
         messages_compacted = compaction.messages_compacted,

@@ -1,8 +1,10 @@
+//! Step 7, compact: the plan.
+//!
 //! Where to cut (pure): history in, cut point and trims out.
 //!
 //! A cut before message `c` summarizes `messages[..c]` and keeps the rest.
 //! It is safe only where every tool call made before `c` was answered before
-//! `c` (DESIGN.md invariant 4), which includes boundaries inside the
+//! `c` (ARCHITECTURE.md invariant 4), which includes boundaries inside the
 //! client's current turn between complete tool exchanges (invariant 3).
 
 use crate::protocol::ToolLinks;

@@ -1,6 +1,8 @@
+//! Step 7, compact: budgets.
+//!
 //! How much room there is: the window, what the request spends outside its
 //! messages, the summary's own budget, and the room left for the kept tail.
-//! Every budget is relative to the window it must fit (DESIGN.md "Knowing
+//! Every budget is relative to the window it must fit (ARCHITECTURE.md "Knowing
 //! sizes"), so a 1k-token local model is planned for as carefully as a
 //! 200k one. Numbers from the overflow error calibrate the byte-to-token
 //! estimate for this request; what was learned from earlier requests comes
@@ -12,6 +14,7 @@
 
 use super::plan::{self, Item, Plan};
 use super::{fit, CompactionError, Job};
+use crate::conversation::ChainHash;
 use crate::overflow::{OverflowCause, OverflowSignal};
 use crate::tokens::{Calibration, ModelSize, SizeSource};
 use std::collections::HashMap;
@@ -322,13 +325,13 @@ fn current_trims(job: &Job<'_>) -> HashMap<usize, serde_json::Value> {
         return HashMap::new();
     };
     let records = &current.trims;
-    let position: HashMap<String, usize> = job
+    let position: HashMap<ChainHash, usize> = job
         .conversation
         .chain
         .iter()
         .enumerate()
         .skip(1)
-        .map(|(i, hash)| (hash.to_hex(), i - 1))
+        .map(|(i, hash)| (*hash, i - 1))
         .collect();
     records
         .iter()
@@ -480,7 +483,7 @@ mod tests {
 
     fn numberless() -> OverflowSignal {
         OverflowSignal {
-            signature: "openai".into(),
+            signature: crate::overflow::SignatureName::Builtin("openai"),
             cause: OverflowCause::Input,
             limit: None,
             actual: None,

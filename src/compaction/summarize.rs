@@ -1,4 +1,6 @@
-//! The summary call (DESIGN.md step 7): an LLM call through the same upstream,
+//! Step 7, compact: the summary call.
+//!
+//! The summary call (ARCHITECTURE.md step 7): an LLM call through the same upstream,
 //! with the caller's own credential and headers, each call sized to the
 //! summarizer's window: its prompt, the running summary, the transcript
 //! chunk and the summary it writes all fit. A call that overflows anyway is
@@ -8,6 +10,7 @@
 use super::chunks::{self, Chunk};
 use crate::overflow::{OverflowSignal, SignatureTable};
 use crate::protocol::{Adapter, SUMMARY_MARKER};
+use crate::store::CompactionFailure;
 use crate::tokens::Calibration;
 use crate::upstream::routes::Route;
 use crate::upstream::UpstreamClient;
@@ -67,14 +70,14 @@ impl SummaryError {
         }
     }
 
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> CompactionFailure {
         match self {
-            Self::Upstream { .. } => "upstream_error",
-            Self::Overflow => "summary_overflow",
-            Self::InputTooLarge { .. } => "summary_input_cap",
-            Self::Transport(_) => "transport",
-            Self::Timeout(_) => "timeout",
-            Self::Empty => "empty",
+            Self::Upstream { .. } => CompactionFailure::UpstreamError,
+            Self::Overflow => CompactionFailure::SummaryOverflow,
+            Self::InputTooLarge { .. } => CompactionFailure::SummaryInputCap,
+            Self::Transport(_) => CompactionFailure::Transport,
+            Self::Timeout(_) => CompactionFailure::Timeout,
+            Self::Empty => CompactionFailure::Empty,
         }
     }
 }
@@ -374,7 +377,7 @@ mod tests {
     fn an_overflowing_call_is_shrunk_from_its_numbers() {
         let start = budget(4096);
         let signal = OverflowSignal {
-            signature: "llama.cpp".into(),
+            signature: crate::overflow::SignatureName::Builtin("llama.cpp"),
             cause: crate::overflow::OverflowCause::Input,
             limit: Some(2048),
             actual: Some(3000),

@@ -1,3 +1,5 @@
+//! Step 7, compact: trimmed tool results.
+//!
 //! Trimmed tool results, stored with a compaction so every later request
 //! gets the same bytes (provider prompt caches keep hitting).
 
@@ -13,10 +15,7 @@ use std::collections::HashMap;
 /// the kept tail, plus the planner's new ones.
 pub fn trims_for(job: &Job<'_>, plan: &Plan, layout: &Layout) -> Vec<TrimRecord> {
     let chain = &job.conversation.chain;
-    let kept: Vec<String> = chain[plan.cut + 1..]
-        .iter()
-        .map(ChainHash::to_hex)
-        .collect();
+    let kept = &chain[plan.cut + 1..];
     let mut records: Vec<TrimRecord> = job
         .current
         .map(|c| c.trims.clone())
@@ -32,7 +31,7 @@ pub fn trims_for(job: &Job<'_>, plan: &Plan, layout: &Layout) -> Vec<TrimRecord>
         else {
             continue;
         };
-        let hash = chain[index + 1].to_hex();
+        let hash = chain[index + 1];
         records.retain(|record| record.message_hash != hash);
         records.push(TrimRecord {
             message_hash: hash,
@@ -59,7 +58,7 @@ pub fn apply_trims<'a>(
     }
     let by_hash: HashMap<ChainHash, &Value> = trims
         .iter()
-        .filter_map(|r| Some((ChainHash::from_hex(&r.message_hash)?, &r.replacement)))
+        .map(|r| (r.message_hash, &r.replacement))
         .collect();
     tail.zip(&chain[from + 1..])
         .map(|(message, hash)| by_hash.get(hash).copied().unwrap_or(message))

@@ -1,3 +1,5 @@
+//! Beside the flow, configuration: defaults.
+//!
 //! Named defaults, one function per setting, so each appears once.
 
 use std::net::SocketAddr;
@@ -115,7 +117,7 @@ impl Default for super::CompactionSettings {
         Self {
             max_compactions: max_compactions(),
             summary_max_tokens: summary_max_tokens(),
-            summary_model: String::new(),
+            summary_model: None,
             summary_role: summary_role(),
             keep_share: keep_share(),
             keepalive_interval: keepalive_interval(),

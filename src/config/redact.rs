@@ -1,3 +1,5 @@
+//! Beside the flow, configuration: what may be printed.
+//!
 //! The configuration as it may be printed (`condenser check-config`): every
 //! secret replaced. The database URL's password and every query value go
 //! (drivers take passwords and key files there too), and so does the

@@ -1,3 +1,5 @@
+//! Beside the flow, configuration: secrets.
+//!
 //! A setting that must never be printed (`check-config` prints the rest).
 
 use serde::Deserialize;

@@ -1,3 +1,5 @@
+//! Beside the flow, configuration: the listener.
+//!
 //! How the listening side treats clients: what a slow or idle one may hold.
 
 use super::ConfigError;

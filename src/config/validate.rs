@@ -1,7 +1,9 @@
+//! Beside the flow, configuration: validation.
+//!
 //! Checks that need more than types, run once at start-up so a bad setting
 //! fails there with one line naming the key, not at the first request.
 
-use super::Settings;
+use super::{CompactionSettings, Settings};
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -39,7 +41,23 @@ impl Settings {
         check_database_url(&self.database_url)?;
         self.validate_upstreams()?;
         self.server.validate()?;
-        let compaction = &self.compaction;
+        self.compaction.validate()?;
+        if self.max_body_bytes < 1024 {
+            return Err(ConfigError::invalid(
+                "max_body_bytes",
+                "must be at least 1024",
+            ));
+        }
+        self.validate_operations()?;
+        crate::overflow::SignatureTable::with_custom(&self.overflow_signatures)
+            .map_err(|error| ConfigError::invalid("overflow_signatures", error.to_string()))?;
+        Ok(())
+    }
+}
+
+impl CompactionSettings {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let compaction = self;
         if compaction.max_compactions > 16 {
             return Err(ConfigError::invalid(
                 "compaction.max_compactions",
@@ -84,18 +102,11 @@ impl Settings {
                 "must be user, system or developer",
             ));
         }
-        if self.max_body_bytes < 1024 {
-            return Err(ConfigError::invalid(
-                "max_body_bytes",
-                "must be at least 1024",
-            ));
-        }
-        self.validate_operations()?;
-        crate::overflow::SignatureTable::with_custom(&self.overflow_signatures)
-            .map_err(|error| ConfigError::invalid("overflow_signatures", error.to_string()))?;
         Ok(())
     }
+}
 
+impl Settings {
     fn validate_operations(&self) -> Result<(), ConfigError> {
         let token = self.admin_token.as_ref().map_or("", |t| t.expose());
         if !token.is_empty() && token.len() < 16 {

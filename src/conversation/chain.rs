@@ -1,3 +1,5 @@
+//! Step 2, identify: the chain.
+//!
 //! The conversation chain: `h_0 = H(tenant, canonical(system))`,
 //! `h_i = H(h_{i-1}, canonical(message_i))`.
 //!
@@ -15,6 +17,10 @@ pub const SHORT_ID_CHARS: usize = 12;
 pub struct ChainHash([u8; 32]);
 
 impl ChainHash {
+    /// All zeros: no chain's hash, free for keys that name no conversation
+    /// (the maintenance turn's lease).
+    pub const ZERO: Self = Self([0; 32]);
+
     pub fn root(tenant: &super::TenantId, canonical_system: &[u8]) -> Self {
         Self::digest(&[b"root", tenant.as_str().as_bytes(), canonical_system])
     }
@@ -47,6 +53,21 @@ impl ChainHash {
         let mut bytes = [0u8; 32];
         hex::decode_to_slice(text, &mut bytes).ok()?;
         Some(Self(bytes))
+    }
+}
+
+/// Stored and sent as its hex form.
+impl serde::Serialize for ChainHash {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.to_hex())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ChainHash {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        Self::from_hex(&text)
+            .ok_or_else(|| serde::de::Error::custom("not a 64-digit hex chain hash"))
     }
 }
 

@@ -1,4 +1,6 @@
-//! Who is calling and which conversation this is (DESIGN.md step 2).
+//! Step 2, identify: tenant and chain of one request.
+//!
+//! Who is calling and which conversation this is (ARCHITECTURE.md step 2).
 
 use crate::conversation::{ChainHash, ChainMemo, Conversation, TenantId};
 use crate::protocol::{Adapter, ChatRequest, Outline};
@@ -177,19 +179,26 @@ mod tests {
     /// cache markers moved and text parts spelled the other way, then
     /// with one message edited.
     fn histories(protocol: &str) -> Vec<serde_json::Value> {
-        use serde_json::json;
-        let numbers = json!({"n": [0, -1, 1.0, 1, 2.5e-300, 18446744073709551615u64, -9223372036854775808i64]});
+        let numbers = serde_json::json!({"n": [0, -1, 1.0, 1, 2.5e-300, 18446744073709551615u64, -9223372036854775808i64]});
         match protocol {
-            "openai" => vec![
-                json!({"model": "m", "messages": [
-                    {"role": "system", "content": "be brief"},
-                    {"role": "user", "content": "ünïcödé 😀 \"quoted\" \n\t\u{0001}"},
-                    {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": numbers.to_string()}}]},
-                    {"role": "tool", "tool_call_id": "c1", "content": "result", "extra": numbers},
-                    {"role": "assistant", "content": "ok"},
-                    {"role": "user", "content": "ok"},
-                ]}),
-                json!({"messages": [
+            "openai" => openai_histories(&numbers),
+            "anthropic" => anthropic_histories(&numbers),
+            _ => responses_histories(&numbers),
+        }
+    }
+
+    fn openai_histories(numbers: &serde_json::Value) -> Vec<serde_json::Value> {
+        use serde_json::json;
+        vec![
+            json!({"model": "m", "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "ünïcödé 😀 \"quoted\" \n\t\u{0001}"},
+                {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": numbers.to_string()}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "result", "extra": numbers},
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "ok"},
+            ]}),
+            json!({"messages": [
                     {"content": "be brief", "role": "system", "cache_control": {"type": "ephemeral"}},
                     {"content": [{"type": "text", "text": "ünïcödé 😀 \"quoted\" \n\t\u{0001}"}], "role": "user"},
                     {"tool_calls": [{"function": {"arguments": numbers.to_string(), "name": "f"}, "type": "function", "id": "c1"}], "content": null, "role": "assistant"},
@@ -197,45 +206,53 @@ mod tests {
                     {"role": "assistant", "content": "ok"},
                     {"role": "user", "content": "ok"},
                 ], "model": "m"}),
-                json!({"model": "m", "messages": [
-                    {"role": "system", "content": "be brief"},
-                    {"role": "user", "content": "ünïcödé 😀 \"quoted\" \n\t\u{0001}"},
-                    {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": numbers.to_string()}}]},
-                    {"role": "tool", "tool_call_id": "c1", "content": "result", "extra": {"n": [0, -1, 1, 1, 2.5e-300]}},
-                    {"role": "assistant", "content": "ok"},
-                    {"role": "user", "content": "ok"},
-                ]}),
-            ],
-            "anthropic" => vec![
-                json!({"model": "m", "system": "be brief", "messages": [
-                    {"role": "user", "content": "ünïcödé 😀"},
-                    {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": numbers}]},
-                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "result"}]},
-                    {"role": "assistant", "content": "ok"},
-                ]}),
-                json!({"system": [{"text": "be brief", "type": "text", "cache_control": {"type": "ephemeral"}}], "messages": [
+            json!({"model": "m", "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "ünïcödé 😀 \"quoted\" \n\t\u{0001}"},
+                {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": numbers.to_string()}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "result", "extra": {"n": [0, -1, 1, 1, 2.5e-300]}},
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "ok"},
+            ]}),
+        ]
+    }
+
+    fn anthropic_histories(numbers: &serde_json::Value) -> Vec<serde_json::Value> {
+        use serde_json::json;
+        vec![
+            json!({"model": "m", "system": "be brief", "messages": [
+                {"role": "user", "content": "ünïcödé 😀"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": numbers}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "result"}]},
+                {"role": "assistant", "content": "ok"},
+            ]}),
+            json!({"system": [{"text": "be brief", "type": "text", "cache_control": {"type": "ephemeral"}}], "messages": [
                     {"content": [{"type": "text", "text": "ünïcödé 😀", "cache_control": {"type": "ephemeral"}}], "role": "user"},
                     {"content": [{"input": numbers, "name": "f", "id": "t1", "type": "tool_use"}], "role": "assistant"},
                     {"role": "user", "content": [{"tool_use_id": "t1", "type": "tool_result", "content": "result"}]},
                     {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
                 ], "model": "m"}),
-                json!({"model": "m", "system": "be brief", "messages": [
-                    {"role": "user", "content": "ünïcödé 😀"},
-                    {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {"n": [1.5]}}]},
-                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "result"}]},
-                    {"role": "assistant", "content": "ok"},
-                ]}),
-            ],
-            _ => vec![
-                json!({"model": "m", "instructions": "be brief", "input": [
-                    {"role": "developer", "content": "use tools"},
-                    {"type": "message", "role": "user", "content": "ünïcödé 😀"},
-                    {"type": "reasoning", "id": "r1", "encrypted_content": "xyz", "summary": []},
-                    {"type": "function_call", "call_id": "c1", "name": "f", "arguments": numbers.to_string()},
-                    {"type": "function_call_output", "call_id": "c1", "output": "result"},
-                    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
-                ]}),
-                json!({"input": [
+            json!({"model": "m", "system": "be brief", "messages": [
+                {"role": "user", "content": "ünïcödé 😀"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {"n": [1.5]}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "result"}]},
+                {"role": "assistant", "content": "ok"},
+            ]}),
+        ]
+    }
+
+    fn responses_histories(numbers: &serde_json::Value) -> Vec<serde_json::Value> {
+        use serde_json::json;
+        vec![
+            json!({"model": "m", "instructions": "be brief", "input": [
+                {"role": "developer", "content": "use tools"},
+                {"type": "message", "role": "user", "content": "ünïcödé 😀"},
+                {"type": "reasoning", "id": "r1", "encrypted_content": "xyz", "summary": []},
+                {"type": "function_call", "call_id": "c1", "name": "f", "arguments": numbers.to_string()},
+                {"type": "function_call_output", "call_id": "c1", "output": "result"},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
+            ]}),
+            json!({"input": [
                     {"content": "use tools", "role": "developer"},
                     {"content": [{"type": "input_text", "text": "ünïcödé 😀", "cache_control": {"type": "ephemeral"}}], "role": "user", "type": "message"},
                     {"type": "reasoning", "id": "r1", "encrypted_content": "xyz", "summary": []},
@@ -243,16 +260,15 @@ mod tests {
                     {"output": "result", "call_id": "c1", "type": "function_call_output"},
                     {"role": "assistant", "type": "message", "content": "ok"},
                 ], "instructions": "be brief", "model": "m"}),
-                json!({"model": "m", "instructions": "be brief", "input": [
-                    {"role": "developer", "content": "use tools"},
-                    {"type": "message", "role": "user", "content": "ünïcödé 😀"},
-                    {"type": "reasoning", "id": "r1", "encrypted_content": "xyz", "summary": []},
-                    {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
-                    {"type": "function_call_output", "call_id": "c1", "output": "result"},
-                    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
-                ]}),
-            ],
-        }
+            json!({"model": "m", "instructions": "be brief", "input": [
+                {"role": "developer", "content": "use tools"},
+                {"type": "message", "role": "user", "content": "ünïcödé 😀"},
+                {"type": "reasoning", "id": "r1", "encrypted_content": "xyz", "summary": []},
+                {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "result"},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
+            ]}),
+        ]
     }
 
     fn adapters() -> [(&'static str, &'static dyn Adapter); 3] {

@@ -1,3 +1,5 @@
+//! Step 2, identify: remembered links.
+//!
 //! A bounded memo of chain links, so that a re-sent history costs a cheap
 //! digest per message instead of a canonicalization and a SHA-256.
 //!

@@ -1,4 +1,4 @@
-//! Step 2 of the data flow, "identify": who is calling (a tenant derived from
+//! Step 2, identify: who is calling (a tenant derived from
 //! the credential) and which conversation this is (a content-addressed chain).
 
 pub mod chain;

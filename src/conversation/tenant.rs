@@ -1,3 +1,5 @@
+//! Step 2, identify: the tenant.
+//!
 //! A tenant is a digest of the caller's credential, never the credential.
 
 use sha2::{Digest, Sha256};

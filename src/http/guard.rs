@@ -1,3 +1,5 @@
+//! Step 1, accept: requests refused before routing.
+//!
 //! Requests that must never reach an upstream, refused before routing in
 //! the error shape of the protocol the client speaks:
 //!

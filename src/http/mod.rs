@@ -1,4 +1,4 @@
-//! Step 1 of the data flow, "accept / route".
+//! Step 1, accept and route.
 
 mod guard;
 pub mod ops;

@@ -1,3 +1,5 @@
+//! Beside the flow, operations: health and readiness.
+//!
 //! Operational endpoints: liveness, readiness, and a quick answer on `/`
 //! (Claude Code probes `HEAD /` before its first request).
 

@@ -1,3 +1,5 @@
+//! Step 1, route: what Condenser does not handle.
+//!
 //! Everything that is not a chat endpoint: forwarded byte for byte,
 //! streaming in both directions.
 

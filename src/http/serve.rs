@@ -1,4 +1,4 @@
-//! Step 1 of the data flow, "accept": hyper with the limits a listener
+//! Step 1, accept: hyper with the limits a listener
 //! facing real clients needs and `axum::serve` does not set.
 //!
 //! - A request head must arrive within `server.header_read_timeout` (hyper's

@@ -1,3 +1,5 @@
+//! Step 6, detect overflow: reading error bodies.
+//!
 //! Reading an error body of any shape: the message-like strings to run
 //! patterns on, and the JSON fields (`code`, `type`, `n_ctx`, …) to check.
 //!

@@ -1,4 +1,4 @@
-//! Step 6, "detect overflow", before anything reaches the client: an error
+//! Step 6, detect overflow, before anything reaches the client: an error
 //! status is read whole (error bodies are small), and a 200 event stream is
 //! read up to its first event, because some servers put the overflow there
 //! (and past the events that precede any output, where the Responses API

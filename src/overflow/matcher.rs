@@ -1,3 +1,5 @@
+//! Step 6, detect overflow: one signature at work.
+//!
 //! A compiled signature and how it judges an [`ErrorView`].
 
 use regex::{Regex, RegexBuilder};
@@ -5,7 +7,7 @@ use regex::{Regex, RegexBuilder};
 use super::extract::ErrorView;
 use super::numbers::{expand, Numbers};
 use super::signatures::{Field, Spec};
-use super::{CustomSignature, OverflowCause, OverflowSignal};
+use super::{CustomSignature, OverflowCause, OverflowSignal, SignatureName};
 
 /// Status a stream event is judged under: the response itself was a 200.
 pub(super) const STREAM_STATUS: u16 = 200;
@@ -13,7 +15,7 @@ pub(super) const STREAM_STATUS: u16 = 200;
 /// A signature ready to run: regexes compiled once, at table build time.
 #[derive(Debug, Clone)]
 pub(super) struct Signature {
-    name: String,
+    name: SignatureName,
     statuses: Vec<u16>,
     patterns: Vec<(Regex, Option<OverflowCause>)>,
     fields: Vec<Field>,
@@ -43,7 +45,7 @@ impl Signature {
             .map(|pat| Ok((compile(pat.re, false)?, pat.hint)))
             .collect::<Result<_, regex::Error>>()?;
         Ok(Self {
-            name: spec.name.to_owned(),
+            name: SignatureName::Builtin(spec.name),
             statuses: spec.statuses.to_vec(),
             patterns,
             fields: spec.fields.to_vec(),
@@ -53,7 +55,7 @@ impl Signature {
 
     pub(super) fn from_custom(custom: &CustomSignature) -> Result<Self, regex::Error> {
         Ok(Self {
-            name: custom.name.clone(),
+            name: SignatureName::Custom(custom.name.as_str().into()),
             statuses: custom.status.clone(),
             patterns: vec![(compile(&custom.pattern, true)?, None)],
             fields: Vec::new(),

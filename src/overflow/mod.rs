@@ -1,4 +1,4 @@
-//! Step 6, "detect overflow": is this upstream answer a context-overflow
+//! Step 6, detect overflow: is this upstream answer a context-overflow
 //! error, and what do its numbers say must go?
 //!
 //! Every provider words "prompt too long" differently, wraps it in a
@@ -21,6 +21,8 @@ mod tests;
 mod veto_tests;
 
 use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::sync::Arc;
 
 use extract::ErrorView;
 use matcher::{compile, Hit, Signature, STREAM_STATUS};
@@ -37,11 +39,45 @@ pub enum OverflowCause {
     Bytes,
 }
 
+/// What recognized an overflow: a signature of the table, or Condenser's
+/// own estimate before sending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignatureName {
+    /// A built-in signature, named for its provider ("openai", "llama.cpp").
+    Builtin(&'static str),
+    /// An operator's signature from configuration.
+    Custom(Arc<str>),
+    /// No upstream said so: the calibrated estimate against a known window.
+    Estimate,
+}
+
+impl SignatureName {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Builtin(name) => name,
+            Self::Custom(name) => name,
+            Self::Estimate => "estimate",
+        }
+    }
+}
+
+impl fmt::Display for SignatureName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for SignatureName {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// A recognized context-overflow error.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OverflowSignal {
-    /// Name of the matched signature, e.g. "openai", "anthropic", "llama.cpp".
-    pub signature: String,
+    /// The signature that matched.
+    pub signature: SignatureName,
     /// Why the upstream refused.
     pub cause: OverflowCause,
     /// The context window in tokens, when the error says it.

@@ -1,3 +1,5 @@
+//! Step 6, detect overflow: the numbers in a message.
+//!
 //! Token counts inside error messages: the `{N}` placeholder signatures use,
 //! and turning the named capture groups into limit / input / output.
 

@@ -1,3 +1,5 @@
+//! Step 6, detect overflow: tests with gateways' bodies.
+//!
 //! Real overflow bodies from gateways (OpenRouter, LiteLLM, Poolside),
 //! self-hosted servers (vLLM, SGLang, llama.cpp, Ollama, LM Studio, TGI) and
 //! bare HTTP refusals.

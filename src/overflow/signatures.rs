@@ -1,3 +1,5 @@
+//! Step 6, detect overflow: the table.
+//!
 //! The built-in signature table: which error texts and JSON fields mean
 //! "context overflow", per provider. Data only; `matcher.rs` runs it.
 //!

@@ -1,3 +1,5 @@
+//! Step 6, detect overflow: tests with providers' bodies.
+//!
 //! Real overflow bodies from `shared/reference/overflow-errors.md`, one row
 //! per provider wording: each must match, with the right name and numbers.
 
@@ -192,7 +194,15 @@ pub(super) fn assert_recognized(cases: &[Case]) {
     let table = SignatureTable::builtin();
     for (case, status, body, want) in cases {
         let signal = table.detect(*status, body.as_bytes());
-        let got = signal.map(|s| (s.signature, s.cause, s.limit, s.actual, s.requested_output));
+        let got = signal.map(|s| {
+            (
+                s.signature.to_string(),
+                s.cause,
+                s.limit,
+                s.actual,
+                s.requested_output,
+            )
+        });
         let want = (want.0.to_owned(), want.1, want.2, want.3, want.4);
         assert_eq!(got, Some(want), "case {case}");
     }

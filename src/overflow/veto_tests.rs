@@ -1,3 +1,5 @@
+//! Step 6, detect overflow: tests of look-alikes.
+//!
 //! Look-alikes that must not count, in-band stream errors, and signatures
 //! from config.
 
@@ -82,7 +84,9 @@ fn look_alikes_are_vetoed() {
 }
 
 fn stream_name(table: &SignatureTable, data: &str) -> Option<String> {
-    table.detect_stream_event(data).map(|s| s.signature)
+    table
+        .detect_stream_event(data)
+        .map(|s| s.signature.to_string())
 }
 
 #[test]
@@ -169,7 +173,10 @@ fn custom_signatures_take_precedence_and_fix_cause() {
     assert_eq!(signal.signature, "gateway");
     assert_eq!(signal.cause, OverflowCause::InputPlusOutput);
     let streamed = table.detect_stream_event(r#"{"error":{"message":"Prompt is too long"}}"#);
-    assert_eq!(streamed.map(|s| s.signature).as_deref(), Some("gateway"));
+    assert_eq!(
+        streamed.map(|s| s.signature),
+        Some(SignatureName::Custom("gateway".into()))
+    );
     let vetoed = table.detect(400, b"prompt is too long, rate limit exceeded");
     assert_eq!(vetoed, None, "vetoes still apply to custom signatures");
 }

@@ -1,4 +1,6 @@
-//! The bound on compactions (DESIGN.md step 8, invariant 2). Every attempt
+//! Step 8, bound: the compaction budget.
+//!
+//! The bound on compactions (ARCHITECTURE.md step 8, invariant 2). Every attempt
 //! spends from it before any summary call, so a failing summary counts too.
 
 #[derive(Debug, Clone)]

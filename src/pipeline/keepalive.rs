@@ -1,3 +1,5 @@
+//! Step 7, compact: keep-alives while a summary is written.
+//!
 //! Invariant 6, "progress is visible": a streaming client waiting on a
 //! summary gets `200` and SSE comments every few seconds, so neither it nor a
 //! load balancer gives up, then the retried response's events. Condenser

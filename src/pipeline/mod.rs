@@ -1,3 +1,5 @@
+//! Steps 1 to 8, orchestrated: one chat request, top to bottom.
+//!
 //! The orchestration of a chat request, read top to bottom:
 //! identify → persist (beside the upstream call) → rewrite → forward →
 //! on overflow: compact → retry, bounded by [`budget::CompactionBudget`].
@@ -15,7 +17,7 @@ use crate::state::AppState;
 use crate::upstream::routes::Route;
 use axum::response::Response;
 use bytes::Bytes;
-use exchange::Exchange;
+use exchange::{Exchange, Incoming};
 use http::request::Parts;
 
 use tracing::Instrument;
@@ -52,21 +54,18 @@ pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -
     );
     let observed = observe::Observed::new(state, &route.upstream.name, &chat.model, &conversation);
     let stream = chat.stream;
-    let exchange = Exchange::new(
-        state.clone(),
+    let incoming = Incoming {
         route,
         parts,
-        body,
+        original: body,
         adapter,
-        chat,
+        request: chat,
         conversation,
-        persisted,
-    );
+    };
     let (compacting_tx, compacting_rx) = tokio::sync::watch::channel(false);
+    let exchange = Exchange::new(state.clone(), incoming, persisted).signalling(compacting_tx);
     let work = work::Work::new(
-        observed
-            .after(exchange.run(Some(compacting_tx)))
-            .in_current_span(),
+        observed.after(exchange.run()).in_current_span(),
         compacting_rx.clone(),
         state.background.clone(),
     );

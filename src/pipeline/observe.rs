@@ -1,3 +1,5 @@
+//! Beside the flow, the operator page: what each request did.
+//!
 //! Recording what each chat request did, for the operator page: the tokens
 //! the upstream saw (estimated before sending, and as its usage reported),
 //! and the compactions and overflows on the way. Queued for the writer once
@@ -61,7 +63,7 @@ impl Observed {
             compacted_messages: report.compacted_messages,
             compactions: i64::from(report.compactions),
             overflows: i64::from(report.overflows),
-            compaction_error: report.compaction_error.map(str::to_owned),
+            compaction_error: report.compaction_error,
             degraded: report.degraded.is_some(),
         };
         if self.state.storage.store().is_none() {

@@ -1,4 +1,6 @@
-//! Writing what is new (DESIGN.md step 3), off the latency path: the
+//! Step 3, persist: queueing what is new.
+//!
+//! Writing what is new (ARCHITECTURE.md step 3), off the latency path: the
 //! request hands its messages to the writer's queue and goes upstream; only
 //! a compaction waits for them to be stored.
 

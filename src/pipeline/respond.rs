@@ -1,7 +1,10 @@
+//! Step 5, forward: what the client gets back.
+//!
 //! Responses as the client sees them: relayed bodies, unchanged upstream
 //! errors, and the `x-condenser-*` headers that say what was done.
 
 use crate::overflow::inspect::{is_event_stream, Inspected};
+use crate::store::CompactionFailure;
 use crate::tokens::usage::{UsageRead, UsageTap};
 use crate::upstream::{headers, relay};
 use axum::body::Body;
@@ -18,8 +21,8 @@ pub struct Report {
     pub compactions: u32,
     pub compacted_messages: Option<i64>,
     /// Why storing was skipped, as the `x-condenser-degraded` header says.
-    pub degraded: Option<&'static str>,
-    pub compaction_error: Option<&'static str>,
+    pub degraded: Option<Degraded>,
+    pub compaction_error: Option<CompactionFailure>,
     pub overflows: u32,
     /// Size of the body last sent upstream.
     pub sent_bytes: usize,
@@ -37,13 +40,30 @@ impl Report {
             headers.insert("x-condenser-compacted-messages", HeaderValue::from(count));
         }
         if let Some(reason) = self.degraded {
-            headers.insert("x-condenser-degraded", HeaderValue::from_static(reason));
+            let reason = HeaderValue::from_static(reason.as_str());
+            headers.insert("x-condenser-degraded", reason);
         }
         if let Some(kind) = self.compaction_error {
-            headers.insert(
-                "x-condenser-compaction-error",
-                HeaderValue::from_static(kind),
-            );
+            let kind = HeaderValue::from_static(kind.as_str());
+            headers.insert("x-condenser-compaction-error", kind);
+        }
+    }
+}
+
+/// Why a request was forwarded without storing its messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Degraded {
+    /// The database could not be reached.
+    StorageUnavailable,
+    /// The write queue was full; the conversation's next request stores them.
+    WriteQueueFull,
+}
+
+impl Degraded {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::StorageUnavailable => "storage-unavailable",
+            Self::WriteQueueFull => "write-queue-full",
         }
     }
 }

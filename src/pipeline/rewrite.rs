@@ -1,4 +1,4 @@
-//! Step 4, "rewrite": system part, then the summary as its own message, then
+//! Step 4, rewrite: system part, then the summary as its own message, then
 //! the messages after the compacted prefix. Deterministic, so the same
 //! history always produces the same bytes and provider caches keep hitting.
 

@@ -1,3 +1,5 @@
+//! Step 5, forward: work that outlives a hang-up.
+//!
 //! A request's work runs in its handler's task, not a task of its own: on
 //! the hot path a hand-off between tasks (and the wake-up of a parked
 //! worker thread it often takes) costs more than the rest of Condenser's

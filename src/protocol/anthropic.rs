@@ -1,3 +1,5 @@
+//! Steps 2 to 7, the protocol seam: Anthropic Messages.
+//!
 //! Anthropic Messages.
 
 use super::openai::summary_text;

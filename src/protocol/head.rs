@@ -1,3 +1,5 @@
+//! Step 2, identify: an item's kind read from its bytes.
+//!
 //! What an item of a message list is, read from its bytes: its `type` and
 //! `role`, exactly as they read on the parsed item, without building the
 //! rest of it (a tool output of many kilobytes is skipped, not copied).

@@ -1,4 +1,6 @@
-//! The protocol seam (DESIGN.md "Protocol adapters"): everything that differs
+//! Steps 2 to 7, the protocol seam.
+//!
+//! The protocol seam (ARCHITECTURE.md "Protocol adapters"): everything that differs
 //! between LLM APIs sits behind one [`Adapter`] per API. The pipeline, the
 //! planner and the store never look inside a message themselves.
 

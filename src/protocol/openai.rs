@@ -1,3 +1,5 @@
+//! Steps 2 to 7, the protocol seam: OpenAI Chat Completions.
+//!
 //! OpenAI Chat Completions.
 
 use super::head::role_of;

@@ -1,3 +1,5 @@
+//! Step 2, identify: a parsed chat request.
+//!
 //! A parsed chat request: the parts Condenser reads, and the whole body so
 //! that every field it does not understand is kept as sent.
 //!

@@ -1,8 +1,10 @@
+//! Step 7, compact: compactions as stored.
+//!
 //! Compactions: which prefix of a chain a summary stands for.
 
 use super::json_rows::{hash_rows, rows_source, BatchStatement, HASH_COLUMN};
 use super::rows::{hash_column, HASH_CHUNK};
-use super::{Result, Store};
+use super::{Result, Store, Trigger};
 use crate::conversation::{ChainHash, TenantId, TrimRecord};
 use futures_util::TryStreamExt;
 use sqlx::any::AnyRow;
@@ -35,8 +37,8 @@ pub struct Compaction {
     pub tokens_after: i64,
     /// The model that wrote the summary.
     pub model: String,
-    /// Why it ran (overflow, threshold, …).
-    pub trigger: String,
+    /// Why it ran.
+    pub trigger: Trigger,
     /// Tool results cut down in the kept tail (a JSON column).
     pub trims: Vec<TrimRecord>,
     pub duration_ms: i64,
@@ -60,12 +62,21 @@ impl<'r> FromRow<'r, AnyRow> for Compaction {
             tokens_before: row.try_get("tokens_before")?,
             tokens_after: row.try_get("tokens_after")?,
             model: row.try_get("model")?,
-            trigger: row.try_get("trigger")?,
+            trigger: trigger_column(row)?,
             trims: trims_column(row)?,
             duration_ms: row.try_get("duration_ms")?,
             created_at_ms: row.try_get("created_at")?,
         })
     }
+}
+
+/// A trigger this build does not know is an error, not a guess.
+fn trigger_column(row: &AnyRow) -> Result<Trigger, sqlx::Error> {
+    let text: String = row.try_get("trigger")?;
+    Trigger::parse(&text).ok_or_else(|| sqlx::Error::ColumnDecode {
+        index: "trigger".into(),
+        source: format!("unknown compaction trigger {text:?}").into(),
+    })
 }
 
 /// A row whose trims do not parse is an error, not a compaction without

@@ -1,3 +1,5 @@
+//! Step 3, persist: connecting and migrating.
+//!
 //! Opening a pool for either backend, and the embedded migrations.
 //!
 //! The `Any` driver takes nothing but a URL, so SQLite's settings travel in
@@ -30,7 +32,7 @@ fn is_sqlite_memory(url: &str) -> bool {
 }
 
 /// Adds `mode=rwc` to a SQLite file URL that sets no mode, so any
-/// `sqlite://` URL creates its file when missing, as DESIGN.md promises.
+/// `sqlite://` URL creates its file when missing, as ARCHITECTURE.md promises.
 pub(super) fn sqlite_url(url: &str) -> String {
     if is_sqlite_memory(url) || url.contains("mode=") {
         return url.to_owned();

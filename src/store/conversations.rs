@@ -1,3 +1,5 @@
+//! Beside the flow, the operator's views: one conversation read back.
+//!
 //! Read-only views for the operator CLI (`condenser conversations list/show`).
 //!
 //! A conversation is the tree under one root (position 0, the system prompt):

@@ -1,3 +1,5 @@
+//! Step 3, persist: a store allowed to fail.
+//!
 //! The store as the pipeline sees it: optional, and allowed to fail. When
 //! the database is down the proxy keeps forwarding (degraded), logs that once
 //! per interval, counts it, says so in a response header, and tries the

@@ -1,3 +1,5 @@
+//! Step 3, persist: rows in batches.
+//!
 //! Batches of rows bound as one JSON parameter.
 //!
 //! A multi-row `values (…), (…)` list or an `in ($2, $3, …)` list is a new

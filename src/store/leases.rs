@@ -1,4 +1,6 @@
-//! Leases: one summarizer per prefix across instances (DESIGN.md "Several
+//! Step 7, compact: leases across instances.
+//!
+//! Leases: one summarizer per prefix across instances (ARCHITECTURE.md "Several
 //! instances").
 //!
 //! A lease is a row with an expiry, taken by one conditional upsert: it is

@@ -1,3 +1,5 @@
+//! Beside the flow, retention: deleting what is no longer kept.
+//!
 //! Deleting what the operator no longer wants kept: idle conversations
 //! (retention), one conversation, one tenant, and dead-end branches.
 //!

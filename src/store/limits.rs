@@ -1,4 +1,6 @@
-//! Learned model sizes, per upstream and model (DESIGN.md "Knowing sizes"):
+//! Steps 5 to 7, knowing sizes: learned sizes as stored.
+//!
+//! Learned model sizes, per upstream and model (ARCHITECTURE.md "Knowing sizes"):
 //! context windows from overflow errors, bytes-to-tokens rates from usage.
 //! Stored so every instance, and the next start, knows them.
 

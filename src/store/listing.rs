@@ -1,3 +1,5 @@
+//! Beside the flow, the operator's views: the conversation list.
+//!
 //! The operator page's conversation list: one indexed, paged read of the
 //! `conversations` table, whatever the number of conversations.
 

@@ -1,3 +1,5 @@
+//! Step 3, persist: what is stored, known in memory.
+//!
 //! What this instance remembers of the store, so that a request that needs
 //! no compaction goes upstream without a database round trip: the stored
 //! compactions, and which chain links are stored.
@@ -41,7 +43,7 @@ impl Weighter<ChainHash, Arc<Remembered>> for BySize {
         (std::mem::size_of::<Remembered>()
             + compaction.summary.len()
             + compaction.model.len()
-            + compaction.trigger.len()
+            + compaction.trigger.as_str().len()
             + trims) as u64
     }
 }
@@ -159,7 +161,7 @@ mod tests {
             tokens_before: 100,
             tokens_after: 10,
             model: "m".into(),
-            trigger: "overflow".into(),
+            trigger: crate::store::Trigger::Overflow,
             trims: Vec::new(),
             duration_ms: 1,
             created_at_ms: 1,

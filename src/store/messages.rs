@@ -1,5 +1,7 @@
+//! Step 3, persist: messages.
+//!
 //! Messages: finding how much of a chain is already stored, and writing only
-//! the rest (DESIGN.md "Persist": cost grows with what is new).
+//! the rest (ARCHITECTURE.md "Persist": cost grows with what is new).
 
 use super::json_rows::{
     hash_rows, hex, json_rows, optional_hex, rows_source, source_columns, BatchStatement, Column,

@@ -1,4 +1,4 @@
-//! Step 3, "persist": the store shared by every stage and every instance.
+//! Step 3, persist: the store shared by every stage and every instance.
 //!
 //! One implementation serves both backends through sqlx's `Any` driver: the
 //! SQL is written once, in the dialect Postgres and SQLite share (`$n`
@@ -7,7 +7,7 @@
 //! text). `Backend` covers the few bits that differ: the migration folder,
 //! SQLite's connection settings, and the clock a lease is measured by.
 //!
-//! Every query is scoped to one tenant (DESIGN.md invariant 8), and every
+//! Every query is scoped to one tenant (ARCHITECTURE.md invariant 8), and every
 //! write is either idempotent or a single statement, so a crash or a second
 //! instance never leaves a half-written row (invariant 7).
 
@@ -23,6 +23,7 @@ mod listing;
 mod memory;
 mod messages;
 pub mod notify;
+mod outcome;
 mod overview;
 pub mod prune;
 mod requests;
@@ -37,6 +38,7 @@ pub use limits::StoredSize;
 pub use listing::{ConversationRow, ListQuery, SortBy, MAX_PAGE};
 pub use memory::StoreMemory;
 pub use messages::{MessageBatch, NewMessage};
+pub use outcome::{CompactionFailure, Trigger};
 pub use overview::{LearnedWindow, MessageText, Overview};
 pub use requests::{RequestPoint, RequestRecord, PRUNE_EVERY, REQUESTS_KEPT};
 pub use rows::now_ms;

@@ -1,3 +1,5 @@
+//! Step 3, persist: keeping instances' memory current.
+//!
 //! Keeping every instance's memory of the store current.
 //!
 //! Postgres: triggers (migrations/postgres) notify the `condenser_store`

@@ -1,3 +1,5 @@
+//! Beside the flow, the operator's views: the overview.
+//!
 //! The operator page's overview of a recent period, and the message texts a
 //! conversation page shows. Each figure is one aggregate over an index.
 

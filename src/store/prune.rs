@@ -1,3 +1,5 @@
+//! Beside the flow, retention: dead-end branches.
+//!
 //! Which messages of a conversation tree are a dead end: pure, so the rule
 //! that protects history is tested on its own.
 //!

@@ -1,10 +1,12 @@
+//! Beside the flow, the operator's views: per-request figures.
+//!
 //! Per-request figures for the operator page: one row per chat request, and
 //! the per-conversation row the list reads, both written in the background
 //! after the response.
 
 use super::json_rows::{hex, json_rows, rows_source, source_columns, BatchStatement, Column};
 use super::rows::hash_column;
-use super::{Backend, Result, Store};
+use super::{Backend, CompactionFailure, Result, Store};
 use crate::conversation::{ChainHash, TenantId};
 use serde::Serialize;
 use sqlx::any::AnyRow;
@@ -41,7 +43,7 @@ pub struct RequestRecord {
     pub compacted_messages: Option<i64>,
     pub compactions: i64,
     pub overflows: i64,
-    pub compaction_error: Option<String>,
+    pub compaction_error: Option<CompactionFailure>,
     pub degraded: bool,
 }
 
@@ -471,7 +473,7 @@ impl<'a> RequestRow<'a> {
             compacted_messages: record.compacted_messages,
             compactions: record.compactions,
             overflows: record.overflows,
-            compaction_error: record.compaction_error.as_deref(),
+            compaction_error: record.compaction_error.map(CompactionFailure::as_str),
             degraded: i64::from(record.degraded),
             created_at: record.arrived_at_ms,
         }

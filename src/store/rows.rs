@@ -1,3 +1,5 @@
+//! Step 3, persist: shared query pieces.
+//!
 //! Small pieces every query module shares: numbered placeholders for the few
 //! dynamic statements left, the clock, and decoding hashes out of rows.
 

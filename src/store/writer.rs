@@ -1,3 +1,5 @@
+//! Step 3, persist: the writer.
+//!
 //! Writes off the request path, in group commits: requests hand their new
 //! messages and their figures to one writer task, which writes whatever has
 //! queued up since its last commit in a single transaction. The queue is

@@ -1,3 +1,5 @@
+//! Steps 5 to 7, knowing sizes: the book.
+//!
 //! What Condenser knows of each model's sizes, by (upstream, model): its
 //! context window, whether the upstream counts `max_tokens` against it, and
 //! how many tokens a byte of its requests makes. Learned from overflow

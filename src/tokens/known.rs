@@ -1,3 +1,5 @@
+//! Steps 5 to 7, knowing sizes: documented windows.
+//!
 //! Context windows documented for popular models, shipped with Condenser so
 //! that a first overflow whose error states no numbers (the Responses API's)
 //! is planned against the model's real window rather than a guess.
@@ -6,7 +8,7 @@
 //! `model_prices_and_context_window.json` by `scripts/refresh-known-windows`;
 //! it is documentation, not evidence from this upstream: configuration
 //! overrides it, what the upstream reports corrects it, and it never makes
-//! Condenser refuse a request (DESIGN.md "Knowing sizes").
+//! Condenser refuse a request (ARCHITECTURE.md "Knowing sizes").
 
 use std::collections::HashMap;
 use std::sync::LazyLock;

@@ -1,3 +1,5 @@
+//! Steps 5 to 7, knowing sizes.
+//!
 //! Token estimates. Where an upstream has told us the real count of a
 //! request (an overflow error, `usage`), estimates scale by that ratio;
 //! otherwise about four bytes of JSON make a token for the languages and

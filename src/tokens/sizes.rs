@@ -1,3 +1,5 @@
+//! Steps 5 to 7, knowing sizes: memory and store.
+//!
 //! The size book as the pipeline uses it: read from memory on the request
 //! path, loaded from the store on first sight of a model and written back
 //! when something is learned, both in the background so no request waits

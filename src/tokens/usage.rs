@@ -1,3 +1,5 @@
+//! Step 5, forward: usage read as the answer passes.
+//!
 //! Reading `usage` off a relayed response without holding it back: each of
 //! the client's chunks is read as it passes, in the task that relays it,
 //! for the token counts in the JSON body or in the stream's events (the

@@ -1,3 +1,5 @@
+//! Step 5, forward: which headers cross.
+//!
 //! Which headers cross the proxy. Everything passes, the caller's credential
 //! included (the upstream needs it), except what belongs to one connection.
 

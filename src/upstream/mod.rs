@@ -1,4 +1,4 @@
-//! Step 5, "forward": one pooled HTTP client for every upstream.
+//! Step 5, forward: one pooled HTTP client for every upstream.
 
 pub mod headers;
 pub mod relay;

@@ -1,3 +1,5 @@
+//! Step 5, forward: the answer streamed back.
+//!
 //! Streams an upstream response back to the client chunk by chunk, never
 //! buffered whole, with an idle timeout on every read.
 

@@ -1,3 +1,5 @@
+//! Step 1, route: which upstream, and which endpoint.
+//!
 //! Which upstream a request goes to, and whether Condenser handles it (a chat
 //! endpoint) or forwards it untouched. The upstream URL comes only from
 //! configuration: the request contributes its path and query, never a host.

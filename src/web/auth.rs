@@ -1,3 +1,5 @@
+//! Beside the flow, the operator page: who may open it.
+//!
 //! Who may open the operator page: the holder of `admin_token`, sent as
 //! `Authorization: Bearer TOKEN` (scripts) or as the session cookie the
 //! login form sets (browsers). Both are compared in constant time.

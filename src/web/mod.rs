@@ -1,3 +1,5 @@
+//! Beside the flow, the operator page.
+//!
 //! The operator page, `/admin/`: conversations, one conversation's context
 //! over time, and an overview. Server-side templates (minijinja, escaping
 //! every value) and one chart library (uPlot) embedded in the binary: no

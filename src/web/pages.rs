@@ -1,3 +1,5 @@
+//! Beside the flow, the operator page: the pages.
+//!
 //! The three pages. Each reads the store with a bounded query and hands
 //! plain views to its template.
 

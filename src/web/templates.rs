@@ -1,3 +1,5 @@
+//! Beside the flow, the operator page: templates.
+//!
 //! The page templates, compiled once. Names end in `.html`, so minijinja
 //! escapes every value they print: a stored `<script>` shows as text.
 

@@ -1,3 +1,5 @@
+//! Beside the flow, the operator page: what templates print.
+//!
 //! What the templates print, built from store rows: pure functions from
 //! rows to serializable views, so the pages are plain templates.
 

@@ -1,5 +1,5 @@
 //! One integration binary (faster to link than one per file), one module per
-//! stage of the request, as in DESIGN.md.
+//! stage of the request, as in ARCHITECTURE.md.
 
 mod admin;
 mod anthropic;

@@ -1,4 +1,4 @@
-//! The seeds' central case (DESIGN.md "Knowing sizes"): a short history,
+//! The seeds' central case (ARCHITECTURE.md "Knowing sizes"): a short history,
 //! then one new user turn so large that only summarizing everything before
 //! it saves the request, as when a user pastes a file or a log. It must be
 //! rescued whenever it can be, with one summary call however many copies

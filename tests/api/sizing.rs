@@ -1,4 +1,4 @@
-//! Sizing from what the upstream reports (DESIGN.md "Knowing sizes"),
+//! Sizing from what the upstream reports (ARCHITECTURE.md "Knowing sizes"),
 //! checked on the strict fake's own request log: how many summary calls a
 //! compaction costs, that a compaction which cannot fit costs none, that the
 //! recorded sizes match what the upstream counted, and that once a window

@@ -10,7 +10,7 @@ mod prune;
 mod requests;
 
 use condenser::conversation::{ChainHash, TenantId};
-use condenser::store::{Compaction, NewMessage, Store};
+use condenser::store::{Compaction, NewMessage, Store, Trigger};
 
 /// A conversation as the pipeline would hash it: a root then one message per
 /// body, each hash chained on the previous one.
@@ -75,14 +75,14 @@ pub(super) fn bodies(count: usize, edited: Option<usize>) -> Vec<String> {
         .collect()
 }
 
-const TRIMS: &str = r#"[{"message_hash":"ab","replacement":{"role":"tool","content":"…"},
+const TRIMS: &str = r#"[{"message_hash":"abababababababababababababababababababababababababababababababab","replacement":{"role":"tool","content":"…"},
 "original_bytes":9000,"kept_bytes":800}]"#;
 
 pub(super) fn compaction(
     chain: &Chain,
     prefix_len: usize,
     base: usize,
-    trigger: &str,
+    trigger: Trigger,
 ) -> Compaction {
     let len = i64::try_from(prefix_len).expect("small prefix");
     Compaction {
@@ -95,7 +95,7 @@ pub(super) fn compaction(
         tokens_before: 120_000,
         tokens_after: 9_000,
         model: "gpt-4o".to_owned(),
-        trigger: trigger.to_owned(),
+        trigger,
         trims: serde_json::from_str(TRIMS).expect("trims"),
         duration_ms: 8_250,
         created_at_ms: 1_795_343_467_000,

@@ -1,3 +1,5 @@
+//! Steps 2 to 7, the protocol seam: OpenAI Responses.
+//!
 //! OpenAI Responses (`POST /v1/responses`), the API Codex CLI and the
 //! Agents SDK speak.
 //!

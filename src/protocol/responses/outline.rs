@@ -1,3 +1,5 @@
+//! Step 2, identify: a Responses body outlined.
+//!
 //! A Responses body outlined: `input`'s items grouped into units by their
 //! `type` alone, each unit kept as the span of its items' bytes. A re-sent
 //! history costs two scans of its bytes (the items' spans, then their

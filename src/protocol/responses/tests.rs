@@ -1,3 +1,5 @@
+//! Steps 2 to 7, the protocol seam: tests of the Responses adapter.
+
 use super::*;
 
 fn parse(body: Value) -> ChatRequest {

@@ -1,3 +1,5 @@
+//! Steps 2 and 7: Responses items as text.
+//!
 //! Reading Responses items as text: canonical forms for identity, transcript
 //! lines for summary calls, tool outputs for trimming.
 

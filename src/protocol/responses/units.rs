@@ -1,3 +1,5 @@
+//! Steps 2 and 7: Responses items grouped into units.
+//!
 //! Responses `input` items grouped into the units the pipeline stores,
 //! hashes and cuts between.
 //!

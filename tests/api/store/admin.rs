@@ -2,9 +2,9 @@
 
 use super::{bodies, compaction, persist, Chain};
 use crate::helpers::db::{both_backends, TestBackend, TestDb};
-use condenser::conversation::ChainHash;
 use condenser::cli::render::{render_detail, render_list};
-use condenser::store::StoreError;
+use condenser::conversation::ChainHash;
+use condenser::store::{StoreError, Trigger};
 use pretty_assertions::assert_eq;
 
 both_backends!(the_admin_views_show_a_conversation_and_its_branch,);
@@ -19,7 +19,10 @@ async fn the_admin_views_show_a_conversation_and_its_branch(backend: TestBackend
     persist(&store, &original, 11).await;
     persist(&store, &edited, 11).await;
     store
-        .insert_compaction(&original.tenant, &compaction(&original, 5, 0, "overflow"))
+        .insert_compaction(
+            &original.tenant,
+            &compaction(&original, 5, 0, Trigger::Overflow),
+        )
         .await
         .expect("compaction");
 

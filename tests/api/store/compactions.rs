@@ -4,7 +4,7 @@
 use super::{bodies, compaction, Chain};
 use crate::helpers::db::{both_backends, TestBackend, TestDb};
 use condenser::conversation::TenantId;
-use condenser::store::Compaction;
+use condenser::store::{Compaction, Trigger};
 use pretty_assertions::assert_eq;
 
 both_backends!(
@@ -19,8 +19,8 @@ async fn the_deepest_compaction_of_the_chain_wins(backend: TestBackend) {
     let chain = Chain::new("key-a", &bodies(20, None));
     let other_tenant = TenantId::from_credential(b"", Some(b"key-b"));
     let (first, second) = (
-        compaction(&chain, 5, 0, "overflow"),
-        compaction(&chain, 12, 5, "threshold"),
+        compaction(&chain, 5, 0, Trigger::Overflow),
+        compaction(&chain, 12, 5, Trigger::Proactive),
     );
     for stored in [&second, &first] {
         assert!(store
@@ -29,7 +29,10 @@ async fn the_deepest_compaction_of_the_chain_wins(backend: TestBackend) {
             .expect("insert"));
     }
     assert!(store
-        .insert_compaction(&other_tenant, &compaction(&chain, 15, 12, "overflow"))
+        .insert_compaction(
+            &other_tenant,
+            &compaction(&chain, 15, 12, Trigger::Overflow)
+        )
         .await
         .expect("insert"));
 
@@ -56,7 +59,7 @@ async fn a_second_compaction_of_the_same_prefix_is_refused(backend: TestBackend)
     let db = TestDb::new(backend).await;
     let store = db.store().await;
     let chain = Chain::new("key-a", &bodies(8, None));
-    let winner = compaction(&chain, 6, 0, "overflow");
+    let winner = compaction(&chain, 6, 0, Trigger::Overflow);
     let loser = Compaction {
         summary: "another summary".to_owned(),
         ..winner.clone()
@@ -82,7 +85,7 @@ async fn trims_round_trip_and_a_corrupt_trims_column_is_an_error(backend: TestBa
     let db = TestDb::new(backend).await;
     let store = db.store().await;
     let chain = Chain::new("key-a", &bodies(8, None));
-    let stored = compaction(&chain, 6, 0, "overflow");
+    let stored = compaction(&chain, 6, 0, Trigger::Overflow);
     assert!(!stored.trims.is_empty(), "the fixture has a trim");
     store
         .insert_compaction(&chain.tenant, &stored)

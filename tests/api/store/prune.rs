@@ -4,6 +4,7 @@
 use super::{bodies, compaction, persist, Chain};
 use crate::helpers::db::{both_backends, TestBackend, TestDb};
 use condenser::conversation::ChainHash;
+use condenser::store::Trigger;
 use pretty_assertions::assert_eq;
 use std::collections::BTreeSet;
 
@@ -26,7 +27,10 @@ async fn pruning_keeps_every_path_to_a_compaction_and_to_a_live_branch(backend: 
         persist(&store, chain, 11).await;
     }
     store
-        .insert_compaction(&compacted.tenant, &compaction(&compacted, 5, 0, "overflow"))
+        .insert_compaction(
+            &compacted.tenant,
+            &compaction(&compacted, 5, 0, Trigger::Overflow),
+        )
         .await
         .expect("compaction");
     let pool = db.pool().await;

@@ -1,5 +1,5 @@
 //! What the real APIs refuse, with their messages, plus Condenser's own
-//! invariants (DESIGN.md 1, 4, 8) checked on every request.
+//! invariants (ARCHITECTURE.md 1, 4, 8) checked on every request.
 
 use crate::config::FakeConfig;
 use crate::state::{Protocol, RequestKind};
