@@ -1,5 +1,6 @@
 //! Step 6, detect overflow, before anything reaches the client: an error
-//! status is read whole (error bodies are small), and a 200 event stream is
+//! status is read whole (error bodies are small; a 5xx only when a signature
+//! judges that status, as llama.cpp's 500), and a 200 event stream is
 //! read up to its first event, because some servers put the overflow there
 //! (and past the events that precede any output, where the Responses API
 //! puts its `response.failed`). A healthy stream loses no time: its first
@@ -55,7 +56,7 @@ pub async fn inspect(
     idle: Duration,
 ) -> Result<Inspected, Stalled> {
     let status = response.status();
-    if status.is_client_error() {
+    if status.is_client_error() || table.judges(status.as_u16()) {
         let headers = response.headers().clone();
         let body = match read_capped(&mut response, idle).await? {
             ErrorBody::Whole(body) => body,
@@ -199,17 +200,22 @@ mod tests {
     use crate::protocol::responses::Responses;
     use crate::protocol::Protocol;
 
-    fn stream(events: &[&str]) -> reqwest::Response {
-        let chunks: Vec<Result<Bytes, std::io::Error>> = events
+    fn answer(status: u16, content_type: &str, chunks: &[&str]) -> reqwest::Response {
+        let chunks: Vec<Result<Bytes, std::io::Error>> = chunks
             .iter()
-            .map(|event| Ok(Bytes::from(event.to_string())))
+            .map(|chunk| Ok(Bytes::from(chunk.to_string())))
             .collect();
         let body = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
         let response = http::Response::builder()
-            .header("content-type", "text/event-stream")
+            .status(status)
+            .header("content-type", content_type)
             .body(body)
             .expect("a response");
         reqwest::Response::from(response)
+    }
+
+    fn stream(events: &[&str]) -> reqwest::Response {
+        answer(200, "text/event-stream", events)
     }
 
     const IDLE: Duration = Duration::from_secs(5);
@@ -282,5 +288,60 @@ mod tests {
             panic!("a later event is the client's to see");
         };
         assert_eq!(first_chunk.expect("first"), first.as_bytes());
+    }
+
+    #[tokio::test]
+    async fn sglang_and_vllm_errors_opening_a_chat_stream_are_overflows() {
+        let events = [
+            // SGLang before 0.5.23 (BerriAI/litellm#10793).
+            ("sglang", "data: {\"error\":{\"object\":\"error\",\"message\":\"The input (140000 tokens) is longer than the model's context length (131072 tokens).\",\"type\":\"BadRequestError\",\"param\":null,\"code\":400}}\n\n"),
+            // vLLM's engine check, raised once the stream has begun.
+            ("vllm", "data: {\"error\":{\"message\":\"The decoder prompt (length 8825) is longer than the maximum model length of 8192.\",\"type\":\"BadRequestError\",\"param\":null,\"code\":400}}\n\n"),
+        ];
+        let adapter = Protocol::Openai.adapter();
+        for (want, event) in events {
+            let response = stream(&[event, "data: [DONE]\n\n"]);
+            let inspected = inspect(response, &SignatureTable::builtin(), adapter, IDLE)
+                .await
+                .expect("not stalled");
+            let Inspected::Overflow { body, signal, .. } = inspected else {
+                panic!("not recognized: {event}");
+            };
+            assert_eq!(signal.signature, want);
+            assert!(signal.excess_tokens().is_some_and(|excess| excess > 0));
+            assert_eq!(body, event.as_bytes(), "judged on the first event");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_5xx_is_read_only_when_a_signature_lists_it() {
+        let table = SignatureTable::builtin();
+        let adapter = Protocol::Openai.adapter();
+        let body = r#"{"error":{"code":500,"message":"Context size has been exceeded.","type":"server_error"}}"#;
+        let inspected = inspect(
+            answer(500, "application/json", &[body]),
+            &table,
+            adapter,
+            IDLE,
+        )
+        .await
+        .expect("not stalled");
+        let Inspected::Overflow { signal, .. } = inspected else {
+            panic!("llama.cpp's 500 is an overflow");
+        };
+        assert_eq!(signal.signature, "llama.cpp");
+        // Any other 5xx streams through untouched, unread.
+        let inspected = inspect(
+            answer(502, "application/json", &[body]),
+            &table,
+            adapter,
+            IDLE,
+        )
+        .await
+        .expect("not stalled");
+        let Inspected::Relay { first_chunk, .. } = inspected else {
+            panic!("a 502 is relayed");
+        };
+        assert_eq!(first_chunk, None);
     }
 }

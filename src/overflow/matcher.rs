@@ -72,6 +72,11 @@ impl Signature {
         }
     }
 
+    /// Whether this signature names `status` itself (a 5xx must be named).
+    pub(super) fn lists(&self, status: u16) -> bool {
+        self.statuses.contains(&status)
+    }
+
     /// The first pattern (in table order) that matches any message.
     pub(super) fn match_messages(&self, view: &ErrorView) -> Option<Hit> {
         self.patterns.iter().find_map(|(re, hint)| {

@@ -108,8 +108,8 @@ impl OverflowSignal {
 /// stands for a token count, and the named groups `limit`, `actual`,
 /// `output`, `total` and `extra` fill the signal's numbers. An empty `status`
 /// means 400, 413 and in-stream errors; list 200 to match stream events when
-/// giving statuses. A `cause` fixes the cause; without one it is computed
-/// from the numbers.
+/// giving statuses. A 5xx is judged only when listed; 429 never is. A
+/// `cause` fixes the cause; without one it is computed from the numbers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CustomSignature {
@@ -164,12 +164,24 @@ impl SignatureTable {
     /// Judges an upstream HTTP error response: status and raw body bytes of
     /// any shape (JSON object or array, FastAPI `detail`, plain text).
     pub fn detect(&self, status: u16, body: &[u8]) -> Option<OverflowSignal> {
-        // 429 is a rate limit whatever its text says; 5xx is the upstream's
-        // own trouble, which a smaller prompt would not cure.
-        if !(400..500).contains(&status) || status == 429 {
+        if !self.judges(status) {
             return None;
         }
         self.classify(status, &ErrorView::from_body(body))
+    }
+
+    /// Whether an error response with `status` may report an overflow, so
+    /// is worth reading whole. 429 is a rate limit whatever its text says. A
+    /// 5xx is the upstream's own trouble, which a smaller prompt would not
+    /// cure, except where a signature lists that status: llama.cpp reports
+    /// some overflows as 500 `server_error` (see `signatures.rs`).
+    pub fn judges(&self, status: u16) -> bool {
+        match status {
+            429 => false,
+            400..=499 => true,
+            500..=599 => self.signatures.iter().any(|sig| sig.lists(status)),
+            _ => false,
+        }
     }
 
     /// Judges the `data:` payload of the first SSE event of a 200 streaming

@@ -3,7 +3,8 @@
 //! The built-in signature table: which error texts and JSON fields mean
 //! "context overflow", per provider. Data only; `matcher.rs` runs it.
 //!
-//! Texts come from `shared/reference/overflow-errors.md`. Patterns are
+//! Texts come from `shared/reference/overflow-errors.md`; those added since
+//! (issue 29) name their source beside them. Patterns are
 //! written in lower case and run on each lower-cased message separately;
 //! `{N}` is a token count (see `numbers.rs`) and the named groups feed the
 //! signal.
@@ -33,6 +34,7 @@ pub(super) enum Field {
 pub(super) struct Spec {
     pub name: &'static str,
     /// Empty means the usual statuses (400, 413, 200 for stream events).
+    /// A 5xx is judged only by the signatures that list it here.
     pub statuses: &'static [u16],
     pub patterns: &'static [Pat],
     pub fields: &'static [Field],
@@ -67,6 +69,12 @@ impl Spec {
         self
     }
 
+    /// Only these statuses, in place of the usual ones.
+    const fn on(mut self, statuses: &'static [u16]) -> Self {
+        self.statuses = statuses;
+        self
+    }
+
     const fn bytes_on(mut self, statuses: &'static [u16]) -> Self {
         self.statuses = statuses;
         self.cause = Some(Bytes);
@@ -97,6 +105,9 @@ pub(super) const BUILTIN: &[Spec] = &[
     .fields(&[Field::Equals("type", "request_too_large")])
     .bytes_on(&[]),
     sig("gemini-payload", &[p(r"request payload size exceeds the limit")]).bytes_on(&[]),
+    // Bedrock's byte cap, also relayed as `{"message":…}` by OpenAI-compatible
+    // gateways in front of Bedrock (strands-agents/harness-sdk#1528; issue 29).
+    sig("bedrock-bytes", &[p(r"too many total text bytes")]).bytes_on(&[]),
     sig("anthropic", &[
         p(r"prompt is too long:?\s*(?<actual>{N})\s*tokens?\s*>\s*(?<limit>{N})"),
         p_output(r"input length and .?max_tokens.? exceed context limit:?\s*(?<actual>{N})\s*\+\s*(?<output>{N})\s*>\s*(?<limit>{N})"),
@@ -112,6 +123,22 @@ pub(super) const BUILTIN: &[Spec] = &[
         p(r"maximum context length is (?<limit>{N}) tokens\.?\s*however,? your request has (?<actual>{N}) input tokens(?: plus (?<output>{N}))?"),
         p(r"maximum context length is (?<limit>{N}) tokens\.?\s*however,? you requested (?<output>{N}) output tokens and your prompt contains at least (?<actual>{N}) input tokens"),
         p(r"you requested (?<output>{N}) output tokens and your prompt contains at least (?<actual>{N}) input tokens"),
+        // 0.33 (vllm/renderers/params.py): the input alone is too long; the
+        // `characters` form is refused before tokenizing, so only the limit
+        // is a token count.
+        p(r"maximum context length is (?<limit>{N}) tokens\.?\s*however,? your prompt contains (?:at least )?(?<actual>{N}) input tokens"),
+        p(r"maximum context length is (?<limit>{N}) tokens\.?\s*however,? your prompt contains {N} characters"),
+        // Between the two (vllm/renderers/params.py at 017638d): the input is
+        // too long for the window less the requested output.
+        p(r"you passed (?<actual>{N}) input tokens and requested (?<output>{N}) output tokens\.?\s*however,? the model.?s context length is only (?<limit>{N}) tokens"),
+        // 0.33 (entrypoints/serve/utils/api_utils.py).
+        p(r"input length \((?<actual>{N})\) exceeds model.?s maximum context length \((?<limit>{N})\)"),
+        // The engine's own check (v1/engine/input_processor.py), "decoder" or
+        // "encoder"; for a stream it arrives in-band, as a 200.
+        p(r"\w+ prompt \(length (?<actual>{N})\) is longer than the maximum model length of (?<limit>{N})"),
+        p(r"is longer than the maximum model length of (?<limit>{N})"),
+        // Older: max_tokens too large for what the input leaves; both endings,
+        // `(parameter=max_tokens, value=…)` and ` None` (issue 29).
         p(r".?max_tokens.? or .?max_completion_tokens.? is too large:?\s*(?<output>{N}).*?maximum context length is (?<limit>{N}) tokens and your request has (?<actual>{N}) input tokens"),
         p_output(r"please reduce one or the other"),
         p(r"context length is only (?<limit>{N}) tokens"),
@@ -122,6 +149,15 @@ pub(super) const BUILTIN: &[Spec] = &[
     ]),
     sig("cerebras", &[p(r"current length is (?<actual>{N}) while limit is (?<limit>{N})")]),
     sig("groq", &[p(r"^please reduce the length of the messages or completion\.?$")]),
+    // SGLang (tokenizer_manager.py, sglang 0.5.23; issue 29). Before LiteLLM,
+    // which relays the second wording: a relay that keeps its numbers is
+    // named for the server that wrote them. Some hosts print counts as
+    // floats (`524300.0 tokens`).
+    sig("sglang", &[
+        p(r"input \((?<actual>{N}) tokens\) is longer than the model.?s context length \((?<limit>{N}) tokens\)"),
+        p(r"requested token count exceeds the model.?s maximum context length of (?<limit>{N}) tokens\.?\s*you requested a total of (?<total>{N})(?:\.0+)? tokens:?\s*(?<actual>{N})(?:\.0+)? tokens from the input messages and (?<output>{N})(?:\.0+)? tokens for the completion"),
+        p(r"is longer than the model.?s (?:maximum )?context length"),
+    ]),
     sig("litellm", &[
         p(r"requested token count exceeds the model.?s maximum context length of (?<limit>{N}) tokens"),
         p(r"contextwindowexceedederror"),
@@ -148,17 +184,28 @@ pub(super) const BUILTIN: &[Spec] = &[
         p(r"maximum prompt length is (?<limit>{N}) but the request contains (?<actual>{N}) tokens"),
         p(r"maximum prompt length is (?<limit>{N})"),
     ]),
-    sig("sglang", &[
-        p(r"input \((?<actual>{N}) tokens\) is longer than the model.?s context length \((?<limit>{N}) tokens\)"),
-        p(r"is longer than the model.?s (?:maximum )?context length"),
-    ]),
     sig("llama.cpp", &[
         p(r"request \((?<actual>{N}) tokens\) exceeds the available context size \((?<limit>{N}) tokens\)"),
         p(r"exceeds the available context size"),
     ])
     .fields(&[Field::Equals("type", "exceed_context_size_error"), Field::Present("n_ctx")]),
+    // llama.cpp also reports overflow as 500 `server_error`: older builds for
+    // "the request exceeds the available context size", and any build when
+    // decoding finds no free KV cell ("context size has been exceeded.", the
+    // prompt plus what was generated; tools/server/server-context.cpp). The
+    // only 5xx the table judges (issue 29).
+    sig("llama.cpp", &[
+        p(r"exceeds the available context size"),
+        p_output(r"context size has been exceeded"),
+    ])
+    .on(&[500]),
     sig("ollama", &[p(r"prompt too long; exceeded (?:max )?context length")]),
+    // LM Studio (lmstudio-bug-tracker#237, #546): the tokens it must keep are
+    // the prompt (its first message, when it truncates the middle), so at
+    // least that much input.
     sig("lmstudio", &[
+        p(r"trying to keep the first (?<actual>{N}) tokens when context (?:the )?overflows.*?context length of only (?<limit>{N}) tokens"),
+        p(r"greater than the context length \(n_keep:\s*(?<actual>{N})\s*>=\s*n_ctx:\s*(?<limit>{N})\)"),
         p(r"context length of only (?<limit>{N}) tokens"),
         p(r"greater than the context length"),
         p(r"context size has been exceeded"),

@@ -115,6 +115,44 @@ const CASES: &[Case] = &[
         r#"{"message":"prompt tokens (250000) exceed model maximum (200000)"}"#,
         ("bedrock", Input, Some(200_000), Some(250_000), None),
     ),
+    // Bedrock behind OpenAI-compatible gateways (Databricks):
+    // strands-agents/harness-sdk#1528, #152, #1663.
+    (
+        "bedrock gateway",
+        400,
+        r#"{"message":"Input is too long for requested model."}"#,
+        ("bedrock", Input, None, None, None),
+    ),
+    (
+        "bedrock gateway max_tokens",
+        400,
+        r#"{"message":"input length and `max_tokens` exceed context limit"}"#,
+        ("anthropic", InputPlusOutput, None, None, None),
+    ),
+    (
+        "bedrock gateway max_tokens numbers",
+        400,
+        r#"{"message":"input length and max_tokens exceed context limit: 142422 + 64000 > 204658"}"#,
+        (
+            "anthropic",
+            InputPlusOutput,
+            Some(204_658),
+            Some(142_422),
+            Some(64_000),
+        ),
+    ),
+    (
+        "bedrock gateway bytes",
+        400,
+        r#"{"message":"too many total text bytes"}"#,
+        ("bedrock-bytes", Bytes, None, None, None),
+    ),
+    (
+        "bedrock gateway claude",
+        400,
+        r#"{"message":"The model returned the following errors: prompt is too long: 903884 tokens > 200000 maximum"}"#,
+        ("anthropic", Input, Some(200_000), Some(903_884), None),
+    ),
     (
         "gemini",
         400,
@@ -132,6 +170,19 @@ const CASES: &[Case] = &[
         400,
         r#"[{"error":{"code":400,"message":"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).","errors":[{"message":"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).","domain":"global","reason":"badRequest"}],"status":"INVALID_ARGUMENT"}}]"#,
         ("gemini", Input, Some(1_048_576), Some(1_200_000), None),
+    ),
+    (
+        "gemini 1m",
+        400,
+        r#"{"error":{"code":400,"message":"The input token count (3475108) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}"#,
+        ("gemini", Input, Some(1_048_576), Some(3_475_108), None),
+    ),
+    (
+        // The OpenAI-compatible endpoint answers errors as an array (issue 29).
+        "gemini openai-compatible",
+        400,
+        r#"[{"error":{"code":400,"message":"The input token count (3475108) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}]"#,
+        ("gemini", Input, Some(1_048_576), Some(3_475_108), None),
     ),
     (
         "mistral",
@@ -189,22 +240,36 @@ const CASES: &[Case] = &[
     ),
 ];
 
+/// A signal as the tuple [`Want`] spells it, its name owned.
+type Got = (String, OverflowCause, Option<u64>, Option<u64>, Option<u64>);
+
+pub(super) fn got(signal: OverflowSignal) -> Got {
+    let OverflowSignal {
+        signature,
+        cause,
+        limit,
+        actual,
+        requested_output,
+    } = signal;
+    (
+        signature.to_string(),
+        cause,
+        limit,
+        actual,
+        requested_output,
+    )
+}
+
+pub(super) fn wanted(want: &Want) -> Got {
+    (want.0.to_owned(), want.1, want.2, want.3, want.4)
+}
+
 /// Asserts each body is detected with exactly the expected signal.
 pub(super) fn assert_recognized(cases: &[Case]) {
     let table = SignatureTable::builtin();
     for (case, status, body, want) in cases {
         let signal = table.detect(*status, body.as_bytes());
-        let got = signal.map(|s| {
-            (
-                s.signature.to_string(),
-                s.cause,
-                s.limit,
-                s.actual,
-                s.requested_output,
-            )
-        });
-        let want = (want.0.to_owned(), want.1, want.2, want.3, want.4);
-        assert_eq!(got, Some(want), "case {case}");
+        assert_eq!(signal.map(got), Some(wanted(want)), "case {case}");
     }
 }
 

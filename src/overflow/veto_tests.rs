@@ -58,6 +58,24 @@ const NOT_OVERFLOW: &[(&str, u16, &str)] = &[
         r#"{"error":{"message":"prompt is too long: 208310 tokens > 200000 maximum"}}"#,
     ),
     (
+        // Only llama.cpp's wordings count at 500, and at no other 5xx.
+        "500 of llama.cpp, not overflow",
+        500,
+        r#"{"error":{"code":500,"message":"Compute error.","type":"server_error"}}"#,
+    ),
+    (
+        "502 with llama.cpp text",
+        502,
+        r#"{"error":{"code":502,"message":"Context size has been exceeded.","type":"server_error"}}"#,
+    ),
+    (
+        // The output cap alone exceeds the window: compaction cannot help
+        // (SGLang serving_chat.py; the missing space is SGLang's).
+        "sglang max_completion_tokens too large",
+        400,
+        r#"{"object":"error","message":"max_completion_tokens is too large: 300000.This model supports at most 262144 completion tokens.","type":"BadRequestError","param":null,"code":400}"#,
+    ),
+    (
         "503 with overflow code",
         503,
         r#"{"error":{"message":"upstream failed","code":"context_length_exceeded"}}"#,
