@@ -10,26 +10,44 @@ use http::{HeaderMap, StatusCode};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
+/// Who serves a protocol's endpoint: the provider itself, or a cloud that
+/// serves it with its own credentials and error bodies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Flavor {
+    Native,
+    /// Azure OpenAI's deployment path: the deployment names the model.
+    Azure {
+        deployment: String,
+    },
+    /// Gemini's OpenAI-compatible endpoint, whose errors are Gemini's.
+    GeminiCompat,
+}
+
 pub async fn openai(AxumState(state): AxumState<Arc<State>>, request: Request) -> Response {
-    handle(state, Protocol::OpenAi, request).await
+    handle(state, Protocol::OpenAi, Flavor::Native, request).await
 }
 
 pub async fn anthropic(AxumState(state): AxumState<Arc<State>>, request: Request) -> Response {
-    handle(state, Protocol::Anthropic, request).await
+    handle(state, Protocol::Anthropic, Flavor::Native, request).await
 }
 
 pub async fn responses(AxumState(state): AxumState<Arc<State>>, request: Request) -> Response {
-    handle(state, Protocol::Responses, request).await
+    handle(state, Protocol::Responses, Flavor::Native, request).await
 }
 
-async fn handle(state: Arc<State>, protocol: Protocol, request: Request) -> Response {
+pub async fn handle(
+    state: Arc<State>,
+    protocol: Protocol,
+    flavor: Flavor,
+    request: Request,
+) -> Response {
     let (parts, body) = request.into_parts();
     let body = axum::body::to_bytes(body, 512 * 1024 * 1024)
         .await
         .unwrap_or_default();
     let mut record = crate::extras::record_of(&parts, body.clone());
     record.protocol = Some(protocol);
-    let response = respond(&state, protocol, &parts.headers, &mut record).await;
+    let response = respond(&state, protocol, &flavor, &parts.headers, &mut record).await;
     record.status = response.status().as_u16();
     state.record(record);
     response
@@ -38,11 +56,16 @@ async fn handle(state: Arc<State>, protocol: Protocol, request: Request) -> Resp
 async fn respond(
     state: &State,
     protocol: Protocol,
+    flavor: &Flavor,
     headers: &HeaderMap,
     record: &mut RecordedRequest,
 ) -> Response {
     let config = state.config();
-    let key = match validate::credential(protocol, headers) {
+    let credential = match flavor {
+        Flavor::Azure { .. } => crate::clouds::azure_credential(headers),
+        _ => validate::credential(protocol, headers),
+    };
+    let key = match credential {
         Ok(key) => key,
         Err(response) => return response,
     };
@@ -53,9 +76,12 @@ async fn respond(
             "anthropic-version: header is required",
         );
     }
-    let Ok(request) = serde_json::from_slice::<Value>(&record.body) else {
+    let Ok(mut request) = serde_json::from_slice::<Value>(&record.body) else {
         return malformed(protocol);
     };
+    if let Flavor::Azure { deployment } = flavor {
+        request["model"] = deployment.as_str().into();
+    }
     record.json = Some(request.clone());
     record.kind = classify(config.summary_marker.as_deref(), protocol, &request);
     match state.take_script(record.kind) {
@@ -70,6 +96,9 @@ async fn respond(
             return sse::single_event(&data)
         }
         _ => {}
+    }
+    if let Some(refused) = refused_parameters(protocol, &request) {
+        return refused;
     }
     if let Err(message) =
         validate::request(protocol, &request, &key, &record.body, &config, record.kind)
@@ -97,6 +126,9 @@ async fn respond(
             let events = crate::responses_sse::overflow(&request, &reply);
             return sse::respond(events, config.chunk_delay);
         }
+        if *flavor == Flavor::GeminiCompat {
+            return crate::clouds::gemini_overflow(tokens, window);
+        }
         return overflow_error(protocol, &message);
     }
     if record.kind == RequestKind::Summary {
@@ -111,6 +143,19 @@ async fn respond(
             _ => reply.to_json(protocol),
         };
         axum::Json(body).into_response()
+    }
+}
+
+/// The refusal of what the model does not accept in the request's
+/// parameters (`models.rs`), if any.
+fn refused_parameters(protocol: Protocol, request: &Value) -> Option<Response> {
+    let refused = |body: Value| (StatusCode::BAD_REQUEST, axum::Json(body)).into_response();
+    match protocol {
+        Protocol::OpenAi => crate::models::check_chat(request).err().map(refused),
+        Protocol::Responses => crate::models::check_responses(request).err().map(refused),
+        Protocol::Anthropic => crate::models::check_messages(request)
+            .err()
+            .map(|message| error(protocol, StatusCode::BAD_REQUEST, &message)),
     }
 }
 

@@ -22,6 +22,9 @@ pub struct FakeConfig {
     pub reply_text: Option<String>,
     /// Length of a summary reply in tokens (capped by its `max_tokens`).
     pub summary_reply_tokens: u64,
+    /// Reasoning tokens every reasoning answer spends, whatever its effort;
+    /// by default they grow with the effort (`models::reasoning_tokens`).
+    pub reasoning_tokens: Option<u64>,
     /// Keep every request for assertions. Off for benchmarks, which send
     /// thousands of large bodies.
     pub record_requests: bool,
@@ -39,6 +42,7 @@ impl Default for FakeConfig {
             stream_chunks: 4,
             reply_text: None,
             summary_reply_tokens: 200,
+            reasoning_tokens: None,
             record_requests: true,
         }
     }

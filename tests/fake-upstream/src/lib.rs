@@ -7,8 +7,10 @@
 //! message), so a proxy bug turns into a 400 here as it would upstream.
 
 mod chat;
+mod clouds;
 mod config;
 mod extras;
+mod models;
 mod replies;
 mod responses;
 mod responses_sse;
@@ -110,6 +112,14 @@ fn router(state: Arc<state::State>) -> Router {
         .route("/v1/chat/completions", post(chat::openai))
         .route("/v1/messages", post(chat::anthropic))
         .route("/v1/responses", post(chat::responses))
+        .route(
+            "/openai/deployments/{deployment}/chat/completions",
+            post(clouds::azure_chat),
+        )
+        .route(
+            "/v1beta/openai/chat/completions",
+            post(clouds::gemini_compat_chat),
+        )
         .route("/v1/messages/count_tokens", post(extras::count_tokens))
         .route("/v1/models", get(extras::models))
         .route("/v1/embeddings", post(extras::embeddings))

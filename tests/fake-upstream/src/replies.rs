@@ -31,6 +31,11 @@ pub struct Reply {
     pub thinking: Option<Thinking>,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Output tokens spent reasoning before the text.
+    pub reasoning_tokens: u64,
+    /// The output limit stopped the answer (`finish_reason: "length"`,
+    /// `status: "incomplete"`).
+    pub truncated: bool,
 }
 
 /// The prompt's size as the real tokenizers roughly see it: a quarter of its
@@ -66,19 +71,19 @@ impl Reply {
         let max_tokens = ["max_completion_tokens", "max_tokens", "max_output_tokens"]
             .iter()
             .find_map(|k| request[*k].as_u64());
-        let text = match kind {
-            RequestKind::Summary => summary_text(
-                &digest,
-                config
-                    .summary_reply_tokens
-                    .min(max_tokens.unwrap_or(u64::MAX)),
-            ),
+        // Reasoning comes out of the same output budget, first.
+        let reasoning_tokens = crate::models::reasoning_tokens(request, config);
+        let room = max_tokens.map_or(u64::MAX, |m| m.saturating_sub(reasoning_tokens));
+        let wanted = match kind {
+            RequestKind::Summary => summary_text(&digest, config.summary_reply_tokens),
             _ => config
                 .reply_text
                 .clone()
                 .unwrap_or_else(|| answer_text(request, input_tokens)),
         };
-        let tool_calls = if kind == RequestKind::Chat && wants_tools(request) {
+        let truncated = (wanted.len() as u64).div_ceil(4) > room;
+        let text = cut_to_tokens(wanted, room);
+        let tool_calls = if kind == RequestKind::Chat && wants_tools(request) && !truncated {
             vec![tool_call(protocol, &digest)]
         } else {
             Vec::new()
@@ -97,7 +102,8 @@ impl Reply {
             Protocol::Anthropic => format!("msg_{}", &digest[..24]),
             Protocol::Responses => format!("resp_{}", &digest[..32]),
         };
-        let output_tokens = (text.len() as u64).div_ceil(4) + 10 * tool_calls.len() as u64;
+        let output_tokens =
+            (text.len() as u64).div_ceil(4) + 10 * tool_calls.len() as u64 + reasoning_tokens;
         Reply {
             id,
             model,
@@ -106,6 +112,8 @@ impl Reply {
             thinking,
             input_tokens,
             output_tokens,
+            reasoning_tokens,
+            truncated,
         }
     }
 
@@ -117,7 +125,9 @@ impl Reply {
     }
 
     pub fn openai_finish_reason(&self) -> &'static str {
-        if self.tool_calls.is_empty() {
+        if self.truncated {
+            "length"
+        } else if self.tool_calls.is_empty() {
             "stop"
         } else {
             "tool_calls"
@@ -125,7 +135,9 @@ impl Reply {
     }
 
     pub fn anthropic_stop_reason(&self) -> &'static str {
-        if self.tool_calls.is_empty() {
+        if self.truncated {
+            "max_tokens"
+        } else if self.tool_calls.is_empty() {
             "end_turn"
         } else {
             "tool_use"
@@ -138,7 +150,7 @@ impl Reply {
             "completion_tokens": self.output_tokens,
             "total_tokens": self.input_tokens + self.output_tokens,
             "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}
+            "completion_tokens_details": {"reasoning_tokens": self.reasoning_tokens, "audio_tokens": 0, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}
         })
     }
 
@@ -238,6 +250,19 @@ fn answer_text(request: &Value, input_tokens: u64) -> String {
         None => request["messages"].as_array().map_or(0, Vec::len),
     };
     format!("I have read all {messages} messages ({input_tokens} tokens) and here is my answer.")
+}
+
+/// `text` cut to `tokens` of the fake's count (4 bytes a token).
+fn cut_to_tokens(mut text: String, tokens: u64) -> String {
+    let bytes = usize::try_from(tokens.saturating_mul(4)).unwrap_or(usize::MAX);
+    if text.len() > bytes {
+        let mut end = bytes;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
 }
 
 /// `tokens * 4` bytes, as a summary capped at `max_tokens` would be.

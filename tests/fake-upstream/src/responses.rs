@@ -155,7 +155,7 @@ pub fn usage(reply: &Reply) -> Value {
         "input_tokens": reply.input_tokens,
         "input_tokens_details": {"cached_tokens": 0},
         "output_tokens": reply.output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": reply.reasoning_tokens},
         "total_tokens": reply.input_tokens + reply.output_tokens
     })
 }
@@ -182,14 +182,24 @@ pub fn response(
     })
 }
 
+/// A reply its output limit stopped is `incomplete`, and one that spent
+/// it all reasoning carries the reasoning item alone (OpenAI reasoning
+/// guide: `incomplete_details.reason` is `max_output_tokens`).
 pub fn to_json(request: &Value, reply: &Reply) -> Value {
-    response(
-        request,
-        reply,
-        "completed",
-        Value::Array(output(request, reply)),
-        usage(reply),
-    )
+    let mut output = output(request, reply);
+    if reply.truncated && reply.text.is_empty() {
+        output.retain(|item| item["type"] == "reasoning");
+    }
+    let status = if reply.truncated {
+        "incomplete"
+    } else {
+        "completed"
+    };
+    let mut body = response(request, reply, status, Value::Array(output), usage(reply));
+    if reply.truncated {
+        body["incomplete_details"] = json!({"reason": "max_output_tokens"});
+    }
+    body
 }
 
 /// The overflow as a non-streamed request gets it.
