@@ -18,6 +18,23 @@ pub fn cut_to_sentences(text: &str, max_bytes: usize) -> Option<&str> {
     (!kept.is_empty()).then_some(kept)
 }
 
+/// `text` within `max_bytes`: whole when it fits, else cut to its last
+/// whole sentence that does, else (a single endless sentence) cut at a
+/// character boundary.
+pub fn within(text: String, max_bytes: usize) -> String {
+    if text.len() <= max_bytes {
+        return text;
+    }
+    if let Some(kept) = cut_to_sentences(&text, max_bytes) {
+        return kept.to_owned();
+    }
+    let mut end = max_bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
 /// Whether `c`, ending at byte `end`, closes a sentence or a line.
 fn ends_sentence(text: &str, end: usize, c: char) -> bool {
     // Full-width stops need no space after them.
@@ -53,6 +70,13 @@ mod tests {
     fn a_dot_inside_a_word_is_no_sentence_end() {
         let text = "Edited src/main.rs and config.toml";
         assert_eq!(cut_to_sentences(text, text.len()), None);
+    }
+
+    #[test]
+    fn a_text_over_its_bytes_keeps_its_whole_sentences_or_else_its_start() {
+        assert_eq!(within("Short.".into(), 100), "Short.");
+        assert_eq!(within("One. Two. Three.".into(), 10), "One. Two.");
+        assert_eq!(within("ééééé".into(), 5), "éé");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! compaction of that exact prefix. One summarizer per prefix across all
 //! instances: a lease in the store elects it, the others wait and reuse.
 
+mod call;
 mod chunks;
 mod fit;
 pub mod plan;
@@ -18,7 +19,7 @@ use plan::Plan;
 use sizing::Layout;
 pub use sizing::{Sizing, Window, WindowBasis};
 use std::time::{Duration, Instant};
-pub use summarize::{Summarizer, SummaryBudget, SummaryError};
+pub use summarize::{Summarizer, SummaryBudget, SummaryError, REASONING_TOKENS};
 pub use trims::apply_trims;
 
 /// How often a waiting instance looks for the elected summarizer's result.

@@ -7,14 +7,15 @@
 //! shrunk from the numbers in its error and retried, a bounded number of
 //! times.
 
+use super::call::{self, CallError};
 use super::chunks::{self, Chunk};
 use crate::overflow::{OverflowSignal, SignatureTable};
-use crate::protocol::{Adapter, SUMMARY_MARKER};
+use crate::protocol::{Adapter, ChatRequest};
 use crate::store::CompactionFailure;
-use crate::tokens::Calibration;
+use crate::tokens::{Calibration, Sizes};
 use crate::upstream::routes::Route;
 use crate::upstream::UpstreamClient;
-use http::{HeaderMap, HeaderValue, Method};
+use http::HeaderMap;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -32,6 +33,12 @@ const CALL_FRAMING_TOKENS: u64 = 48;
 
 /// Room kept free in each call for estimate error, as a share of the window.
 const CALL_MARGIN_SHARE: f64 = 0.05;
+
+/// Output tokens first allowed for reasoning, on top of the summary, when
+/// the summarizer reasons. Asked for the lowest effort, a reasoning model
+/// spends tens to a few hundred tokens before a summary; an answer that
+/// spent all of this is asked again with more (`call.rs`).
+pub const REASONING_TOKENS: u64 = 1024;
 
 /// Retries of a summary call that overflowed, each one smaller.
 const MAX_SHRINKS: usize = 2;
@@ -90,12 +97,15 @@ pub struct SummaryBudget {
     pub calibration: Calibration,
     /// Max tokens of the summary each call writes.
     pub max_tokens: u64,
+    /// Output tokens allowed for reasoning before the summary (0 for a
+    /// model that does not reason).
+    pub reasoning_tokens: u64,
     /// Summary calls one compaction may make.
     pub max_calls: usize,
 }
 
 impl SummaryBudget {
-    fn prompt(&self) -> &'static str {
+    pub(super) fn prompt(&self) -> &'static str {
         let share = self.calibration.tokens(PROMPT.len()) as f64 / self.window as f64;
         if share <= PROMPT_SHARE {
             PROMPT
@@ -112,6 +122,7 @@ impl SummaryBudget {
         let fixed = tokens(self.prompt().len())
             + previous
             + self.max_tokens
+            + self.reasoning_tokens
             + CALL_FRAMING_TOKENS
             + (self.window as f64 * CALL_MARGIN_SHARE) as u64;
         self.calibration.bytes(self.window.saturating_sub(fixed))
@@ -140,7 +151,12 @@ pub struct Summarizer<'a> {
     pub route: &'a Route,
     pub headers: &'a HeaderMap,
     pub adapter: &'a dyn Adapter,
+    /// The client's request, as the upstream accepted it: the summary call
+    /// is built from it.
+    pub request: &'a ChatRequest,
     pub overflow: &'a SignatureTable,
+    /// Where a refused output field is remembered.
+    pub sizes: &'a Sizes,
     pub model: &'a str,
     pub budget: SummaryBudget,
     pub timeout: Duration,
@@ -150,11 +166,6 @@ pub struct Summarizer<'a> {
 pub struct Written {
     pub text: String,
     pub calls: usize,
-}
-
-enum CallError {
-    Overflow(OverflowSignal, usize),
-    Failed(SummaryError),
 }
 
 impl Summarizer<'_> {
@@ -204,7 +215,8 @@ impl Summarizer<'_> {
         let deadline = tokio::time::Instant::now() + self.timeout;
         while next < entries.len() {
             let chunk = self.next_chunk(&budget, &entries[next..], running.as_deref(), calls)?;
-            match self.call(&budget, running.as_deref(), &chunk.text).await {
+            let input = call::input(running.as_deref(), &chunk.text);
+            match self.call(&budget, &input).await {
                 Ok(text) => {
                     metrics::counter!("condenser_summary_calls_total", "outcome" => "ok")
                         .increment(1);
@@ -262,83 +274,19 @@ impl Summarizer<'_> {
             .and_then(|chunks| chunks.into_iter().next())
             .ok_or(SummaryError::InputTooLarge { max_calls })
     }
-
-    async fn call(
-        &self,
-        budget: &SummaryBudget,
-        previous: Option<&str>,
-        transcript: &str,
-    ) -> Result<String, CallError> {
-        let input = format!(
-            "<previous_summary>\n{}\n</previous_summary>\n<transcript>\n{transcript}</transcript>",
-            previous.unwrap_or("(none)")
-        );
-        let body = self
-            .adapter
-            .summary_request(self.model, budget.prompt(), &input, budget.max_tokens)
-            .to_string();
-        let sent_bytes = body.len();
-        let (status, bytes) = self.send(body).await.map_err(CallError::Failed)?;
-        if status != 200 {
-            if let Some(signal) = self.overflow.detect(status, &bytes) {
-                return Err(CallError::Overflow(signal, sent_bytes));
-            }
-            let message = String::from_utf8_lossy(&bytes).chars().take(300).collect();
-            return Err(CallError::Failed(SummaryError::Upstream {
-                status,
-                message,
-            }));
-        }
-        let parsed: Value =
-            serde_json::from_slice(&bytes).map_err(|_| CallError::Failed(SummaryError::Empty))?;
-        let text = self
-            .adapter
-            .response_text(&parsed)
-            .ok_or(CallError::Failed(SummaryError::Empty))?;
-        Ok(text.replace(SUMMARY_MARKER, "[summary]"))
-    }
-
-    async fn send(&self, body: String) -> Result<(u16, bytes::Bytes), SummaryError> {
-        let mut headers = crate::upstream::headers::request_headers(self.headers);
-        for (name, value) in [
-            (http::header::CONTENT_TYPE, "application/json"),
-            (http::header::ACCEPT, "application/json"),
-            (http::header::ACCEPT_ENCODING, "identity"),
-        ] {
-            headers.insert(name, HeaderValue::from_static(value));
-        }
-        let send = self.client.send(
-            &self.route.upstream,
-            Method::POST,
-            &self.route.url,
-            headers,
-            body.into(),
-        );
-        tokio::time::timeout(self.timeout, async {
-            let response = send
-                .await
-                .map_err(|e| SummaryError::Transport(e.to_string()))?;
-            let status = response.status().as_u16();
-            let bytes = response
-                .bytes()
-                .await
-                .map_err(|e| SummaryError::Transport(e.without_url().to_string()))?;
-            Ok((status, bytes))
-        })
-        .await
-        .map_err(|_| SummaryError::Timeout(self.timeout))?
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::SUMMARY_MARKER;
 
     fn budget(window: u64) -> SummaryBudget {
         SummaryBudget {
             window,
             calibration: Calibration::default(),
             max_tokens: (window as f64 * 0.15) as u64,
+            reasoning_tokens: 0,
             max_calls: 4,
         }
     }

@@ -5,8 +5,8 @@
 use super::openai::summary_text;
 use super::request::serialize_replacing;
 use super::{
-    elide_middle, with_text_content, Adapter, ChatRequest, Outline, Protocol, SystemPart,
-    ToolLinks, Trimmed, Usage,
+    elide_middle, with_text_content, Adapter, ChatRequest, Outline, Protocol, SummaryCall,
+    SystemPart, ToolLinks, Trimmed, Usage,
 };
 use crate::protocol::canonical::canonical_json;
 use bytes::Bytes;
@@ -64,19 +64,21 @@ impl Adapter for Anthropic {
         json!({"role": role, "content": [{"type": "text", "text": summary_text(summary)}]})
     }
 
-    fn summary_request(
-        &self,
-        model: &str,
-        instructions: &str,
-        transcript: &str,
-        max_tokens: u64,
-    ) -> Value {
+    /// Thinking stays off: a summary needs none, and a thinking budget
+    /// would have to fit below `max_tokens` (Anthropic's extended-thinking
+    /// rules). The client's `anthropic-version` and `anthropic-beta` travel
+    /// as headers.
+    fn summary_request(&self, _client: &ChatRequest, call: &SummaryCall<'_>) -> Value {
         json!({
-            "model": model,
-            "max_tokens": max_tokens,
-            "system": instructions,
-            "messages": [{"role": "user", "content": transcript}],
+            "model": call.model,
+            "max_tokens": call.output_limit(),
+            "system": call.instructions,
+            "messages": [{"role": "user", "content": call.transcript}],
         })
+    }
+
+    fn ran_out(&self, response: &Value) -> bool {
+        response.get("stop_reason") == Some(&json!("max_tokens"))
     }
 
     fn response_text(&self, response: &Value) -> Option<String> {

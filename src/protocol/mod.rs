@@ -7,6 +7,7 @@
 pub mod anthropic;
 pub mod canonical;
 mod head;
+pub mod models;
 pub mod openai;
 mod request;
 pub mod responses;
@@ -14,6 +15,7 @@ pub mod responses;
 use serde_json::Value;
 
 use bytes::Bytes;
+pub use models::OutputField;
 pub use request::{ChatRequest, Outline, Piece, Span, SystemPart};
 use serde::Deserialize;
 
@@ -122,17 +124,32 @@ pub trait Adapter: Send + Sync {
     /// The summary as its own message, marker first.
     fn summary_message(&self, role: &str, summary: &str) -> Value;
 
-    /// A non-streaming request asking `model` for a summary.
-    fn summary_request(
-        &self,
-        model: &str,
-        instructions: &str,
-        transcript: &str,
-        max_tokens: u64,
-    ) -> Value;
+    /// A non-streaming request asking for a summary, built from `client`,
+    /// the request the upstream accepted: its output-limit field, its
+    /// provider-routing fields, no sampling parameter it did not send, the
+    /// lowest reasoning effort where it reasons.
+    fn summary_request(&self, client: &ChatRequest, call: &SummaryCall<'_>) -> Value;
+
+    /// Whether `model`, asked by a request like `client`, spends output
+    /// tokens on reasoning before it writes.
+    fn reasons(&self, _client: &ChatRequest, _model: &str) -> bool {
+        false
+    }
 
     /// The text of a non-streamed response.
     fn response_text(&self, response: &Value) -> Option<String>;
+
+    /// Whether a non-streamed response stopped at its output limit (a
+    /// reasoning model can spend all of it before writing a word).
+    fn ran_out(&self, _response: &Value) -> bool {
+        false
+    }
+
+    /// The output-limit field an error answer refuses, when it names one
+    /// (OpenAI's `unsupported_parameter`).
+    fn refused_field(&self, _error: &Value) -> Option<OutputField> {
+        None
+    }
 
     /// One message as compact transcript text for a summary call.
     fn transcript_entry(&self, message: &Value) -> String;
@@ -165,6 +182,54 @@ pub trait Adapter: Send + Sync {
     /// until it has seen the first one that is not.
     fn is_stream_preamble(&self, _data: &str) -> bool {
         false
+    }
+}
+
+/// What a summary call asks for, beside the request it is built from.
+#[derive(Debug, Clone, Copy)]
+pub struct SummaryCall<'a> {
+    pub model: &'a str,
+    pub instructions: &'a str,
+    pub transcript: &'a str,
+    /// Tokens the summary itself may take.
+    pub max_tokens: u64,
+    /// Tokens allowed for reasoning on top of the summary (0 for a model
+    /// that does not reason).
+    pub reasoning_tokens: u64,
+    /// The output-limit field an earlier refusal settled for this model.
+    pub output_field: Option<OutputField>,
+}
+
+impl SummaryCall<'_> {
+    /// The output limit: the summary and the reasoning before it.
+    pub fn output_limit(&self) -> u64 {
+        self.max_tokens.saturating_add(self.reasoning_tokens)
+    }
+
+    /// Whether the client's own request is for the model that summarizes:
+    /// only then does it show what that model accepts.
+    pub fn same_model(&self, client: &ChatRequest) -> bool {
+        client.model == self.model
+    }
+}
+
+/// Top-level fields that route a request rather than shape its
+/// conversation (OpenRouter's model fallbacks and provider preferences):
+/// the summary call carries them so it reaches the model the client's
+/// request reached. `transforms` reshapes prompts (OpenRouter's middle-out
+/// would cut the transcript being summarized): when the client sent it,
+/// the summary call sends it empty.
+pub const ROUTING_FIELDS: &[&str] = &["provider", "models", "route"];
+
+/// Copies the client's routing fields into a summary request.
+pub fn copy_routing(client: &ChatRequest, summary: &mut Value) {
+    for field in ROUTING_FIELDS {
+        if let Some(value) = client.body.get(*field) {
+            summary[*field] = value.clone();
+        }
+    }
+    if client.body.contains_key("transforms") {
+        summary["transforms"] = Value::Array(Vec::new());
     }
 }
 

@@ -5,8 +5,8 @@
 use super::head::role_of;
 use super::request::serialize_replacing;
 use super::{
-    elide_middle, with_text_content, Adapter, ChatRequest, Outline, Protocol, SystemPart,
-    ToolLinks, Trimmed, Usage, SUMMARY_MARKER,
+    copy_routing, elide_middle, models, with_text_content, Adapter, ChatRequest, Outline,
+    OutputField, Protocol, SummaryCall, SystemPart, ToolLinks, Trimmed, Usage, SUMMARY_MARKER,
 };
 use crate::protocol::canonical::canonical_json;
 use bytes::Bytes;
@@ -14,6 +14,33 @@ use serde_json::{json, Value};
 use std::ops::Range;
 
 pub struct OpenAi;
+
+/// The output-limit field the client used for this model, else the one its
+/// family requires.
+fn output_field(client: &ChatRequest, call: &SummaryCall<'_>) -> OutputField {
+    let sent = [OutputField::MaxCompletionTokens, OutputField::MaxTokens]
+        .into_iter()
+        .find(|field| client.body.contains_key(field.as_str()));
+    match sent {
+        Some(field) if call.same_model(client) => field,
+        _ if models::is_reasoning_model(call.model) => OutputField::MaxCompletionTokens,
+        _ => OutputField::MaxTokens,
+    }
+}
+
+/// `developer` when the client's own instructions came in that role (newer
+/// OpenAI models), else `system`, which every compatible server takes.
+fn system_role(client: &ChatRequest) -> &'static str {
+    let roles = client.system().as_array().into_iter().flatten();
+    let developer = roles
+        .filter_map(|m| m.get("role")?.as_str())
+        .any(|r| r == "developer");
+    if developer {
+        "developer"
+    } else {
+        "system"
+    }
+}
 
 /// Roles that make up the system part when they lead the conversation.
 const SYSTEM_ROLES: &[&str] = &["system", "developer"];
@@ -73,22 +100,33 @@ impl Adapter for OpenAi {
         json!({"role": role, "content": summary_text(summary)})
     }
 
-    fn summary_request(
-        &self,
-        model: &str,
-        instructions: &str,
-        transcript: &str,
-        max_tokens: u64,
-    ) -> Value {
-        json!({
-            "model": model,
-            "messages": [
-                {"role": "system", "content": instructions},
-                {"role": "user", "content": transcript},
-            ],
-            "max_tokens": max_tokens,
-            "stream": false,
-        })
+    fn summary_request(&self, client: &ChatRequest, call: &SummaryCall<'_>) -> Value {
+        let field = call
+            .output_field
+            .unwrap_or_else(|| output_field(client, call));
+        let messages = if models::refuses_system_messages(call.model) {
+            let both = format!("{}\n\n{}", call.instructions, call.transcript);
+            json!([{"role": "user", "content": both}])
+        } else {
+            json!([
+                {"role": system_role(client), "content": call.instructions},
+                {"role": "user", "content": call.transcript},
+            ])
+        };
+        let mut request = json!({"model": call.model, "messages": messages, "stream": false});
+        request[field.as_str()] = call.output_limit().into();
+        if self.reasons(client, call.model) {
+            request["reasoning_effort"] = models::lowest_effort(call.model).into();
+        }
+        copy_routing(client, &mut request);
+        request
+    }
+
+    /// A reasoning model by name, or the client's own model when its
+    /// request set `reasoning_effort` (only reasoning models accept it).
+    fn reasons(&self, client: &ChatRequest, model: &str) -> bool {
+        let client_reasons = client.model == model && client.body.contains_key("reasoning_effort");
+        client_reasons || models::is_reasoning_model(model)
     }
 
     fn response_text(&self, response: &Value) -> Option<String> {
@@ -134,6 +172,20 @@ impl Adapter for OpenAi {
             original_bytes: text.len(),
             kept_bytes: cut.len(),
         })
+    }
+
+    fn ran_out(&self, response: &Value) -> bool {
+        response.pointer("/choices/0/finish_reason") == Some(&json!("length"))
+    }
+
+    /// `{"error": {"code": "unsupported_parameter", "param": "max_tokens"}}`
+    /// (griptape-ai/ComfyUI-Griptape#312).
+    fn refused_field(&self, error: &Value) -> Option<OutputField> {
+        let error = error.get("error")?;
+        if error.get("code")?.as_str()? != "unsupported_parameter" {
+            return None;
+        }
+        OutputField::parse(error.get("param")?.as_str()?)
     }
 
     fn max_output_tokens(&self, request: &ChatRequest) -> Option<u64> {

@@ -10,6 +10,7 @@
 
 use super::known::documented_window;
 use super::Calibration;
+use crate::protocol::OutputField;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -52,6 +53,9 @@ pub struct ModelSize {
     /// The largest input the upstream counted for a request it answered:
     /// the window is at least this large, whatever a guess says.
     pub answered_tokens: u64,
+    /// The output-limit field a summary call's refusal showed the model
+    /// takes (kept in memory only: a restart asks once more).
+    pub output_field: Option<OutputField>,
 }
 
 impl ModelSize {
@@ -161,6 +165,11 @@ impl SizeBook {
                 size.calibration = Some(blend(size.calibration, observed));
             }
         })
+    }
+
+    /// The output-limit field `model` takes, as a refusal showed.
+    pub fn learn_output_field(&self, upstream: &str, model: &str, field: OutputField) {
+        self.update(upstream, model, |size| size.output_field = Some(field));
     }
 
     /// A response's `usage`: `observed` for a request whose output budget
@@ -275,6 +284,7 @@ mod tests {
             calibration: Some(Calibration::from_rate(0.3)),
             ignores_output: true,
             answered_tokens: 0,
+            output_field: None,
         };
         book.merge_stored("local", "smollm2", stored);
         let size = book.lookup("local", "smollm2").size;

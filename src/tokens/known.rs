@@ -15,20 +15,47 @@ use std::sync::LazyLock;
 
 const TABLE: &str = include_str!("known_windows.tsv");
 
-static WINDOWS: LazyLock<HashMap<&'static str, u64>> = LazyLock::new(|| parse(TABLE));
+/// What the table documents of one model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Documented {
+    max_input: u64,
+    /// 0 when not documented.
+    max_output: u64,
+}
+
+static MODELS: LazyLock<HashMap<&'static str, Documented>> = LazyLock::new(|| parse(TABLE));
 
 /// The documented max input tokens of `model`, by the name clients send.
 pub fn documented_window(model: &str) -> Option<u64> {
-    WINDOWS.get(model).copied()
+    MODELS.get(model).map(|m| m.max_input)
 }
 
-fn parse(table: &str) -> HashMap<&str, u64> {
+/// The documented max output tokens of `model`: a request asking for more
+/// is refused ("max_tokens: 128001 > 64000, which is the maximum allowed
+/// number of output tokens", anthropics/claude-code#24451).
+pub fn documented_max_output(model: &str) -> Option<u64> {
+    MODELS
+        .get(model)
+        .map(|m| m.max_output)
+        .filter(|&tokens| tokens > 0)
+}
+
+fn parse(table: &str) -> HashMap<&str, Documented> {
     table
         .lines()
         .filter(|line| !line.starts_with('#'))
         .filter_map(|line| {
-            let (model, tokens) = line.split_once('\t')?;
-            Some((model, tokens.trim().parse().ok()?))
+            let mut fields = line.split('\t');
+            let model = fields.next()?;
+            let max_input = fields.next()?.trim().parse().ok()?;
+            let max_output = fields.next()?.trim().parse().ok()?;
+            Some((
+                model,
+                Documented {
+                    max_input,
+                    max_output,
+                },
+            ))
         })
         .collect()
 }
@@ -50,5 +77,6 @@ mod tests {
         assert_eq!(documented_window("claude-sonnet-4-5"), Some(200_000));
         assert_eq!(documented_window("gemini-2.5-pro"), Some(1_048_576));
         assert_eq!(documented_window("a-model-nobody-documented"), None);
+        assert_eq!(documented_max_output("claude-sonnet-4-5"), Some(64_000));
     }
 }

@@ -11,7 +11,7 @@ pub mod sizes;
 pub mod usage;
 
 pub use book::{ModelSize, SizeBook, SizeSource};
-pub use known::documented_window;
+pub use known::{documented_max_output, documented_window};
 pub use sizes::Sizes;
 
 /// Bytes per token when nothing better is known.

@@ -6,6 +6,7 @@
 //! on the database for it.
 
 use crate::overflow::{OverflowCause, OverflowSignal};
+use crate::protocol::OutputField;
 use crate::store::Storage;
 use crate::store::StoredSize;
 use crate::tokens::{Calibration, ModelSize, SizeBook, SizeSource};
@@ -61,6 +62,12 @@ impl Sizes {
             self.book
                 .learn_overflow(upstream, model, signal.limit, counts_output, calibration);
         self.spawn_save(upstream, model, size, "overflow_error");
+    }
+
+    /// The output-limit field `model` takes, as a summary call's refusal
+    /// showed.
+    pub fn learn_output_field(&self, upstream: &str, model: &str, field: OutputField) {
+        self.book.learn_output_field(upstream, model, field);
     }
 
     /// The upstream counted a `sent_bytes` request with an output budget
@@ -150,5 +157,6 @@ fn from_store(stored: StoredSize) -> ModelSize {
         calibration: stored.tokens_per_byte.map(Calibration::from_rate),
         ignores_output: stored.ignores_output,
         answered_tokens: 0,
+        output_field: None,
     }
 }

@@ -2,11 +2,13 @@
 //! compaction for both triggers, bounded by the request's budget (step 8).
 
 use super::{Exchange, Incoming};
-use crate::compaction::{self, CompactionError, Job, Sizing, Summarizer, SummaryBudget};
+use crate::compaction::{
+    self, CompactionError, Job, Sizing, Summarizer, SummaryBudget, REASONING_TOKENS,
+};
 use crate::overflow::{OverflowCause, OverflowSignal, SignatureName};
 use crate::pipeline::budget::CompactionBudget;
 use crate::store::{Compaction, CompactionFailure, Trigger};
-use crate::tokens::ModelSize;
+use crate::tokens::{self, ModelSize};
 
 impl Exchange {
     /// Spends one compaction of `budget` on replacing `current`, whatever
@@ -117,7 +119,9 @@ impl Exchange {
             route,
             headers: &headers,
             adapter: *adapter,
+            request,
             overflow: &self.state.overflow,
+            sizes: &self.state.sizes,
             model,
             budget: self.summary_budget(&sizing, signal, sent_bytes, model),
             timeout: settings.summary_timeout,
@@ -150,10 +154,23 @@ impl Exchange {
             let own_window = known.window_tokens().unwrap_or(window);
             (own_window, known.calibration.unwrap_or(calibration))
         };
+        let Incoming {
+            adapter, request, ..
+        } = &self.incoming;
+        let reasoning_tokens = if adapter.reasons(request, model) {
+            REASONING_TOKENS
+        } else {
+            0
+        };
+        // A request asking for more output than the model documents is
+        // refused: the summary and its reasoning stay within that cap.
+        let output_cap = tokens::documented_max_output(model).unwrap_or(u64::MAX);
+        let max_tokens = sizing.summary_cap(window.min(own_window)).min(output_cap);
         SummaryBudget {
             window: own_window,
             calibration: own_calibration,
-            max_tokens: sizing.summary_cap(window.min(own_window)),
+            max_tokens,
+            reasoning_tokens: reasoning_tokens.min(output_cap - max_tokens),
             max_calls: self.state.settings.compaction.max_summary_calls as usize,
         }
     }

@@ -16,7 +16,10 @@ mod units;
 
 use super::openai::summary_text;
 use super::request::serialize_replacing;
-use super::{Adapter, ChatRequest, Outline, Protocol, ToolLinks, Trimmed, Usage};
+use super::{
+    copy_routing, models, Adapter, ChatRequest, Outline, Protocol, SummaryCall, ToolLinks, Trimmed,
+    Usage,
+};
 use bytes::Bytes;
 use serde_json::{json, Value};
 
@@ -88,21 +91,34 @@ impl Adapter for Responses {
         json!({"type": "message", "role": role, "content": [{"type": "input_text", "text": summary_text(summary)}]})
     }
 
-    fn summary_request(
-        &self,
-        model: &str,
-        instructions: &str,
-        transcript: &str,
-        max_tokens: u64,
-    ) -> Value {
-        json!({
-            "model": model,
-            "instructions": instructions,
-            "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": transcript}]}],
-            "max_output_tokens": max_tokens,
+    /// `max_output_tokens` is at least 16, the API's minimum
+    /// (`integer_below_min_value` below it).
+    fn summary_request(&self, client: &ChatRequest, call: &SummaryCall<'_>) -> Value {
+        let mut request = json!({
+            "model": call.model,
+            "instructions": call.instructions,
+            "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": call.transcript}]}],
+            "max_output_tokens": call.output_limit().max(16),
             "store": false,
             "stream": false,
-        })
+        });
+        if self.reasons(client, call.model) {
+            request["reasoning"] = json!({"effort": models::lowest_effort(call.model)});
+        }
+        copy_routing(client, &mut request);
+        request
+    }
+
+    /// A reasoning model by name, or the client's own model when its
+    /// request set `reasoning`.
+    fn reasons(&self, client: &ChatRequest, model: &str) -> bool {
+        let asked = client.body.get("reasoning").is_some_and(Value::is_object);
+        (client.model == model && asked) || models::is_reasoning_model(model)
+    }
+
+    fn ran_out(&self, response: &Value) -> bool {
+        response.get("status") == Some(&json!("incomplete"))
+            && response.pointer("/incomplete_details/reason") == Some(&json!("max_output_tokens"))
     }
 
     fn response_text(&self, response: &Value) -> Option<String> {

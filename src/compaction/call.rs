@@ -1,0 +1,157 @@
+//! Step 7, compact: one summary call, the one request Condenser writes
+//! itself. It is built from the client's own request (the adapter's
+//! `summary_request`), sent with the client's credential, query string and
+//! provider headers, and asked once more when the model refused the
+//! output-limit field (remembered for the model) or spent its whole
+//! budget reasoning (asked again with more room for it).
+
+use super::fit;
+use super::summarize::{Summarizer, SummaryBudget, SummaryError};
+use crate::overflow::OverflowSignal;
+use crate::protocol::{OutputField, SummaryCall, SUMMARY_MARKER};
+use http::{HeaderValue, Method};
+use serde_json::Value;
+
+/// Room for reasoning grows by this factor when a reasoning model spent
+/// all of it before writing a word (OpenAI: `finish_reason: "length"`
+/// with empty content, or `status: "incomplete"`).
+const REASONING_GROWTH: u64 = 4;
+
+pub(super) enum CallError {
+    /// The call overflowed the summarizer's window; the size sent.
+    Overflow(OverflowSignal, usize),
+    Failed(SummaryError),
+}
+
+/// What one answer to a summary call came to.
+enum Answer {
+    Text(String),
+    /// Refused the output-limit field it names.
+    Refused(OutputField, SummaryError),
+    /// Stopped at its output limit without text.
+    RanOut,
+}
+
+/// The user turn of a summary call: the running summary and the
+/// transcript, as data.
+pub(super) fn input(previous: Option<&str>, transcript: &str) -> String {
+    format!(
+        "<previous_summary>\n{}\n</previous_summary>\n<transcript>\n{transcript}</transcript>",
+        previous.unwrap_or("(none)")
+    )
+}
+
+impl Summarizer<'_> {
+    pub(super) async fn call(
+        &self,
+        budget: &SummaryBudget,
+        input: &str,
+    ) -> Result<String, CallError> {
+        let known_field = self
+            .sizes
+            .get(&self.route.upstream.name, self.model)
+            .output_field;
+        let mut call = SummaryCall {
+            model: self.model,
+            instructions: budget.prompt(),
+            transcript: input,
+            max_tokens: budget.max_tokens,
+            reasoning_tokens: budget.reasoning_tokens,
+            output_field: known_field,
+        };
+        let (mut field_retried, mut reasoning_retried) = (false, false);
+        loop {
+            match self.ask(&call).await? {
+                Answer::Text(text) => {
+                    // A reasoning model's limit covers its reasoning too: its
+                    // summary is held to the summary's own budget here
+                    // (invariant 5, summaries stay bounded).
+                    let bounded = fit::within(text, budget.calibration.bytes(call.max_tokens));
+                    return Ok(bounded.replace(SUMMARY_MARKER, "[summary]"));
+                }
+                Answer::Refused(field, _) if !field_retried => {
+                    let accepted = field.other();
+                    tracing::info!(
+                        refused = field.as_str(),
+                        "summary call refused its output field: asking with the other"
+                    );
+                    self.sizes
+                        .learn_output_field(&self.route.upstream.name, self.model, accepted);
+                    call.output_field = Some(accepted);
+                    field_retried = true;
+                }
+                Answer::Refused(_, error) => return Err(CallError::Failed(error)),
+                Answer::RanOut if call.reasoning_tokens > 0 && !reasoning_retried => {
+                    metrics::counter!("condenser_summary_calls_total", "outcome" => "reasoning_exhausted").increment(1);
+                    call.reasoning_tokens = self.more_reasoning(&call);
+                    reasoning_retried = true;
+                }
+                Answer::RanOut => return Err(CallError::Failed(SummaryError::Empty)),
+            }
+        }
+    }
+
+    /// Room for reasoning grown, within the model's documented output cap.
+    fn more_reasoning(&self, call: &SummaryCall<'_>) -> u64 {
+        let grown = call.reasoning_tokens.saturating_mul(REASONING_GROWTH);
+        match crate::tokens::documented_max_output(self.model) {
+            Some(cap) => grown
+                .min(cap.saturating_sub(call.max_tokens))
+                .max(call.reasoning_tokens),
+            None => grown,
+        }
+    }
+
+    async fn ask(&self, call: &SummaryCall<'_>) -> Result<Answer, CallError> {
+        let body = self.adapter.summary_request(self.request, call).to_string();
+        let sent_bytes = body.len();
+        let (status, bytes) = self.send(body).await.map_err(CallError::Failed)?;
+        let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
+        if status != 200 {
+            if let Some(signal) = self.overflow.detect(status, &bytes) {
+                return Err(CallError::Overflow(signal, sent_bytes));
+            }
+            let message = String::from_utf8_lossy(&bytes).chars().take(300).collect();
+            let error = SummaryError::Upstream { status, message };
+            let refused = parsed.as_ref().and_then(|p| self.adapter.refused_field(p));
+            return match refused {
+                Some(field) => Ok(Answer::Refused(field, error)),
+                None => Err(CallError::Failed(error)),
+            };
+        }
+        let parsed = parsed.ok_or(CallError::Failed(SummaryError::Empty))?;
+        match self.adapter.response_text(&parsed) {
+            Some(text) => Ok(Answer::Text(text)),
+            None if self.adapter.ran_out(&parsed) => Ok(Answer::RanOut),
+            None => Err(CallError::Failed(SummaryError::Empty)),
+        }
+    }
+
+    async fn send(&self, body: String) -> Result<(u16, bytes::Bytes), SummaryError> {
+        let mut headers = crate::upstream::headers::request_headers(self.headers);
+        for (name, value) in [
+            (http::header::CONTENT_TYPE, "application/json"),
+            (http::header::ACCEPT, "application/json"),
+            (http::header::ACCEPT_ENCODING, "identity"),
+        ] {
+            headers.insert(name, HeaderValue::from_static(value));
+        }
+        let (upstream, url) = (&self.route.upstream, &self.route.url);
+        let send = self
+            .client
+            .send(upstream, Method::POST, url, headers, body.into());
+        tokio::time::timeout(self.timeout, async {
+            let response = send
+                .await
+                .map_err(|e| SummaryError::Transport(e.to_string()))?;
+            let status = response.status().as_u16();
+            let bytes = response
+                .bytes()
+                .await
+                .map_err(|e| SummaryError::Transport(e.without_url().to_string()))?;
+            Ok((status, bytes))
+        })
+        .await
+        .map_err(|_| SummaryError::Timeout(self.timeout))?
+    }
+}
