@@ -82,7 +82,9 @@ async fn the_summary_is_the_first_message_and_the_system_prompt_is_untouched(bac
 async fn thinking_blocks_in_the_kept_tail_reach_the_upstream_byte_identical(backend: TestBackend) {
     let app = spawn_app_with(small_window(backend)).await;
     let mut agent = Agent::new(Dialect::Anthropic, MODEL, 1_500, 2);
-    agent.extra = json!({"thinking": {"type": "enabled", "budget_tokens": 1024}});
+    // Anthropic requires max_tokens above the thinking budget.
+    agent.extra =
+        json!({"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 2048});
     agent.run_until_summaries(&app, 1, 19).await;
     // The fake checks every thinking signature; also compare bytes directly.
     let sent = last_accepted(&app);

@@ -26,3 +26,4 @@ mod sizing;
 mod slow_clients;
 mod store;
 mod streaming;
+mod summary_calls;

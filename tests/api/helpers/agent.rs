@@ -24,7 +24,8 @@ pub struct Agent {
     /// Filler per tool result, to make the history grow.
     pub result_bytes: usize,
     pub rounds_per_turn: usize,
-    /// Extra top-level request fields (e.g. `thinking`).
+    /// Extra top-level request fields (e.g. `thinking`); a null removes one
+    /// the agent would send (`max_tokens` for a reasoning model).
     pub extra: Value,
 }
 
@@ -67,7 +68,12 @@ impl Agent {
             Dialect::Responses => responses::request(&self.model, &self.system, &self.messages),
         };
         for (key, value) in self.extra.as_object().into_iter().flatten() {
-            request[key] = value.clone();
+            match value {
+                Value::Null => {
+                    request.as_object_mut().map(|body| body.remove(key));
+                }
+                value => request[key] = value.clone(),
+            }
         }
         request
     }

@@ -103,6 +103,13 @@ impl TestApp {
         self.address = start_proxy(&self.settings).await;
     }
 
+    /// A new proxy with `patch` merged into the settings, on the same
+    /// database and upstream.
+    pub async fn reconfigure(&mut self, patch: Value) {
+        merge(&mut self.settings, patch);
+        self.address = start_proxy(&self.settings).await;
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.address)
     }
