@@ -124,3 +124,36 @@ fn check_plan(items: &[Item], data: &[u8]) {
         assert!(keep < items[index].tokens);
     }
 }
+
+/// Sizes as a client or an upstream may claim them (`max_tokens` near
+/// `u64::MAX`, an overflow's counts): the planner's arithmetic saturates,
+/// and a summary budget it grants is never above the one it planned.
+pub fn sizing(data: &[u8]) {
+    use condenser::compaction::{exceeds, Layout, Numbers};
+    let mut words = data
+        .chunks(8)
+        .map(|chunk| chunk.iter().fold(0u64, |n, &b| n << 8 | u64::from(b)));
+    let mut next = || words.next().unwrap_or(0);
+    let numbers = Numbers {
+        window: next(),
+        evidence: next() % 2 == 0,
+        overhead: next(),
+        max_output: next(),
+        summary_max_tokens: next(),
+        old_summary: next(),
+        compacted: (next() % 64) as usize,
+        items: (0..next() % 64).map(|_| next()).collect(),
+    };
+    let layout = Layout::from_numbers(&numbers);
+    let _ = exceeds(numbers.window, 0.9, numbers.overhead, numbers.max_output);
+    let Some((plan, budget)) = layout.plan() else {
+        return;
+    };
+    let _ = layout.summary_room(&plan);
+    let _ = layout.tokens_after(&plan, budget);
+    if let Ok(sized) = layout.size(plan.clone(), budget) {
+        assert!(sized.summary_tokens <= budget);
+    }
+    let text = String::from_utf8_lossy(data).into_owned();
+    let _ = layout.fit_summary(&plan, text, |t| t.len() as u64 / 4);
+}

@@ -54,7 +54,13 @@ pub fn safe_cuts(items: &[Item]) -> Vec<usize> {
 /// trimmed, none below `min_kept` tokens. `None` when nothing can be made
 /// smaller.
 pub fn plan(items: &[Item], compacted: usize, tail_budget: u64, min_kept: u64) -> Option<Plan> {
-    let tail_tokens = |cut: usize| items[cut..].iter().map(|item| item.tokens).sum::<u64>();
+    // Sizes come from bodies and upstream counts: their sum saturates.
+    let tail_tokens = |cut: usize| {
+        items[cut..]
+            .iter()
+            .map(|item| item.tokens)
+            .fold(0, u64::saturating_add)
+    };
     let candidates: Vec<usize> = safe_cuts(items)
         .into_iter()
         .filter(|&cut| cut > compacted)
@@ -94,7 +100,7 @@ fn trims_for(
         let size = items[index].tokens;
         let keep = size.saturating_sub(tail - budget).max(min_kept);
         if keep < size {
-            tail = tail - size + keep;
+            tail = tail.saturating_sub(size).saturating_add(keep);
             trims.push((index, keep));
         }
     }

@@ -105,13 +105,15 @@ impl Layout {
         let trimmed: HashMap<usize, u64> = plan.trims.iter().copied().collect();
         (plan.cut..self.items.len())
             .map(|i| *trimmed.get(&i).unwrap_or(&self.items[i].tokens))
-            .sum()
+            .fold(0, u64::saturating_add)
     }
 
     /// Input tokens of the retried request with a summary of
     /// `summary_tokens`.
     pub fn tokens_after(&self, plan: &Plan, summary_tokens: u64) -> u64 {
-        self.overhead + summary_tokens + self.tail_tokens(plan)
+        self.overhead
+            .saturating_add(summary_tokens)
+            .saturating_add(self.tail_tokens(plan))
     }
 
     /// The deepest useful cut and the summary it needs. The summary is
@@ -131,7 +133,10 @@ impl Layout {
     }
 
     fn plan_reserving(&self, summary: u64) -> Option<Plan> {
-        let room = self.window.tokens.saturating_sub(self.reserved + summary);
+        let room = self
+            .window
+            .tokens
+            .saturating_sub(self.reserved.saturating_add(summary));
         let tail_budget = self.keep_budget.min(room);
         let min_kept = (tail_budget / 4).clamp(16, plan::MIN_KEPT_TOKENS);
         plan::plan(&self.items, self.compacted, tail_budget, min_kept)
@@ -140,11 +145,10 @@ impl Layout {
     /// What the summary of `plan` may take: a share of its source (the
     /// running summary and the messages it folds in), within the cap.
     fn summary_budget(&self, plan: &Plan) -> u64 {
-        let source = self.old_summary
-            + self.items[self.compacted..plan.cut]
-                .iter()
-                .map(|item| item.tokens)
-                .sum::<u64>();
+        let source = self.items[self.compacted..plan.cut]
+            .iter()
+            .map(|item| item.tokens)
+            .fold(self.old_summary, u64::saturating_add);
         let share = (source as f64 * SUMMARY_SOURCE_SHARE) as u64;
         share.max(MIN_SUMMARY_TOKENS).min(self.summary_cap)
     }
@@ -171,7 +175,7 @@ impl Layout {
         if room < smallest {
             let predicted = self.tokens_after(&plan, smallest + SUMMARY_FRAMING_TOKENS);
             return Err(CompactionError::CannotFit {
-                predicted: predicted + self.counted_output,
+                predicted: predicted.saturating_add(self.counted_output),
                 window: self.window.tokens,
             });
         }
@@ -184,7 +188,9 @@ impl Layout {
     /// Tokens a summary's text may take for the request after `plan` to
     /// fit the window with its counted output.
     pub fn summary_room(&self, plan: &Plan) -> u64 {
-        let rest = self.tokens_after(plan, SUMMARY_FRAMING_TOKENS) + self.counted_output;
+        let rest = self
+            .tokens_after(plan, SUMMARY_FRAMING_TOKENS)
+            .saturating_add(self.counted_output);
         self.window.tokens.saturating_sub(rest)
     }
 
@@ -203,10 +209,10 @@ impl Layout {
         if self.window.basis != WindowBasis::Evidence {
             return Some(summary);
         }
-        let allowed = self
-            .window
-            .tokens
-            .saturating_sub(self.tokens_after(plan, 0) + self.counted_output);
+        let allowed = self.window.tokens.saturating_sub(
+            self.tokens_after(plan, 0)
+                .saturating_add(self.counted_output),
+        );
         let mut text = summary.as_str();
         loop {
             let over = size(text).saturating_sub(allowed);
@@ -218,6 +224,73 @@ impl Layout {
                 .saturating_sub(self.calibration.bytes(over).max(1));
             text = fit::cut_to_sentences(text, limit)?;
         }
+    }
+}
+
+/// A request's sizes as bare numbers, as a client (`max_tokens`) or an
+/// upstream (an overflow's counts) may claim them: what the `sizing` fuzz
+/// target drives through the planner's arithmetic.
+#[derive(Debug, Clone, Default)]
+pub struct Numbers {
+    pub window: u64,
+    pub evidence: bool,
+    pub overhead: u64,
+    pub max_output: u64,
+    pub summary_max_tokens: u64,
+    pub old_summary: u64,
+    pub compacted: usize,
+    pub items: Vec<u64>,
+}
+
+impl Layout {
+    pub fn from_numbers(numbers: &Numbers) -> Self {
+        let sizing = Sizing {
+            keep_share: 0.5,
+            summary_max_tokens: numbers.summary_max_tokens,
+            lease_ttl: Duration::from_secs(60),
+            known: ModelSize::default(),
+        };
+        let tokens = numbers.window;
+        let basis = if numbers.evidence {
+            WindowBasis::Evidence
+        } else {
+            WindowBasis::Guess
+        };
+        let items = numbers.items.iter().map(|&tokens| Item {
+            tokens,
+            links: Default::default(),
+        });
+        let reserved = [SUMMARY_FRAMING_TOKENS, numbers.max_output.min(tokens / 2)];
+        Layout {
+            items: items.collect(),
+            compacted: numbers.compacted.min(numbers.items.len()),
+            calibration: Calibration::default(),
+            window: Window { tokens, basis },
+            tokens_before: 0,
+            summary_cap: sizing.summary_cap(tokens),
+            keep_budget: tokens / 2,
+            reserved: reserved
+                .into_iter()
+                .fold(numbers.overhead, u64::saturating_add),
+            overhead: numbers.overhead,
+            old_summary: numbers.old_summary,
+            counted_output: numbers.max_output,
+        }
+    }
+}
+
+/// Whether a request estimated at `estimate` input tokens, asking for
+/// `output` more where the upstream counts them, exceeds `threshold` of a
+/// `window`, and why. Client numbers (`max_tokens` near `u64::MAX`) and
+/// upstream numbers saturate.
+pub fn exceeds(window: u64, threshold: f64, estimate: u64, output: u64) -> Option<OverflowCause> {
+    let limit = (window as f64 * threshold) as u64;
+    if estimate.saturating_add(output) <= limit {
+        None
+    } else if estimate > limit {
+        Some(OverflowCause::Input)
+    } else {
+        Some(OverflowCause::InputPlusOutput)
     }
 }
 
@@ -271,11 +344,14 @@ impl Sizing {
             .map_or(0, |c| c.prefix_len as usize)
             .min(job.request.messages().len());
         let items = items(job, &calibration);
-        let in_view: u64 = items[compacted..].iter().map(|item| item.tokens).sum();
+        let in_view = items[compacted..]
+            .iter()
+            .map(|item| item.tokens)
+            .fold(0, u64::saturating_add);
         let old_summary = job.current.map_or(0, |c| {
             calibration.tokens(c.summary.len()) + SUMMARY_FRAMING_TOKENS
         });
-        let overhead = tokens_before.saturating_sub(in_view + old_summary);
+        let overhead = tokens_before.saturating_sub(in_view.saturating_add(old_summary));
         let max_output = job.adapter.max_output_tokens(job.request).unwrap_or(0);
         let counts_output =
             !self.known.ignores_output || job.signal.cause == OverflowCause::InputPlusOutput;
@@ -288,10 +364,13 @@ impl Sizing {
             tokens_before,
             summary_cap: self.summary_cap(tokens),
             keep_budget: (tokens as f64 * self.keep_share) as u64,
-            reserved: overhead
-                + SUMMARY_FRAMING_TOKENS
-                + max_output.min(tokens / 2)
-                + (tokens as f64 * MARGIN_SHARE) as u64,
+            reserved: [
+                SUMMARY_FRAMING_TOKENS,
+                max_output.min(tokens / 2),
+                (tokens as f64 * MARGIN_SHARE) as u64,
+            ]
+            .into_iter()
+            .fold(overhead, u64::saturating_add),
             overhead,
             old_summary,
             counted_output: if counts_output { max_output } else { 0 },
@@ -468,6 +547,32 @@ mod tests {
     }
 
     #[test]
+    fn numbers_near_the_limits_of_u64_saturate() {
+        for big in [u64::MAX, u64::MAX / 2, 1 << 63] {
+            let numbers = Numbers {
+                window: big,
+                evidence: true,
+                overhead: big,
+                max_output: big,
+                summary_max_tokens: big,
+                old_summary: big,
+                compacted: 1,
+                items: vec![big, big, big],
+            };
+            let layout = Layout::from_numbers(&numbers);
+            if let Some((plan, budget)) = layout.plan() {
+                let _ = layout.summary_room(&plan);
+                let _ = layout.size(plan, budget);
+            }
+            assert_eq!(
+                exceeds(1_000, 1.0, 900, big),
+                Some(OverflowCause::InputPlusOutput)
+            );
+            assert_eq!(exceeds(1_000, 1.0, big, big), Some(OverflowCause::Input));
+        }
+    }
+
+    #[test]
     fn a_guessed_window_never_refuses() {
         let mut items = pasted_log();
         items[8] = text(4_000);
@@ -488,6 +593,7 @@ mod tests {
             limit: None,
             actual: None,
             requested_output: None,
+            matched: None,
         }
     }
 

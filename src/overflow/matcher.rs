@@ -23,10 +23,12 @@ pub(super) struct Signature {
 }
 
 /// What a message pattern found: its numbers and the pattern's cause hint.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct Hit {
     numbers: Numbers,
     hint: Option<OverflowCause>,
+    /// The text the pattern matched, lower-cased.
+    matched: Option<String>,
 }
 
 /// Compiles one pattern with `{N}` expanded. Messages arrive lower-cased,
@@ -85,6 +87,7 @@ impl Signature {
             Some(Hit {
                 numbers,
                 hint: *hint,
+                matched: caps.get(0).map(|m| m.as_str().to_owned()),
             })
         })
     }
@@ -112,6 +115,7 @@ impl Signature {
             limit,
             actual,
             requested_output,
+            matched: hit.matched,
         }
     }
 

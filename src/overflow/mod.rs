@@ -88,6 +88,9 @@ pub struct OverflowSignal {
     pub actual: Option<u64>,
     /// The max_tokens part, when the error states it separately.
     pub requested_output: Option<u64>,
+    /// The message text the signature matched (lower-cased), to tell a
+    /// provider's own wording from an echo of the client's request.
+    pub matched: Option<String>,
 }
 
 impl OverflowSignal {

@@ -10,6 +10,21 @@ use super::SignatureTable;
 
 const CASES: &[Case] = &[
     (
+        // Ollama v0.12.6–v0.29 with `truncate: false` (ollama commit 6544e1473).
+        "ollama input length",
+        400,
+        r#"{"error":"the input length exceeds the context length"}"#,
+        ("ollama", Input, None, None, None),
+    ),
+    (
+        // Ollama v0.30+ with `truncate: false`: llama-server's body as a
+        // string (ollama/ollama#16800).
+        "ollama wrapping llama-server",
+        400,
+        r#"{"error":"{\"error\":{\"code\":400,\"message\":\"request (351 tokens) exceeds the available context size (256 tokens), try increasing it\",\"type\":\"exceed_context_size_error\",\"n_prompt_tokens\":351,\"n_ctx\":256}}"}"#,
+        ("llama.cpp", Input, Some(256), Some(351), None),
+    ),
+    (
         "openrouter",
         400,
         r#"{"error":{"message":"This endpoint's maximum context length is 16384 tokens. However, you requested about 94307 tokens (94307 of text input). Please reduce the length of either one, or use the \"middle-out\" transform to compress your prompt automatically.","code":400,"metadata":{"provider_name":null}}}"#,

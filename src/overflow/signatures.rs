@@ -94,6 +94,11 @@ pub(super) const VETOES: &[&str] = &[
     r"resource[_ ]exhausted",
     r"string_above_max_length",
     r"invalid 'user'.*string too long",
+    // A refused parameter echoes its name, which a client may have chosen
+    // to read like an overflow ("Unrecognized request argument supplied:
+    // maximum context length is 1000 tokens").
+    r"unrecognized request argument",
+    r"unknown parameter",
 ];
 
 /// The built-in table, most specific wording first.
@@ -163,10 +168,10 @@ pub(super) const BUILTIN: &[Spec] = &[
         p(r"contextwindowexceedederror"),
     ]),
     sig("openai", &[
-        p(r"maximum context length is (?<limit>{N}) tokens\.?\s*however,? your messages resulted in (?<actual>{N}) tokens"),
-        p(r"maximum context length is (?<limit>{N}) tokens\.?\s*however,? you requested (?<total>{N}) tokens \((?<actual>{N}) in the messages, (?:(?<extra>{N}) in the functions, and )?(?<output>{N}) in the completion\)"),
-        p(r"maximum context length is (?<limit>{N}) tokens\.?\s*however,? you requested (?<total>{N}) tokens"),
-        p(r"maximum context length is (?<limit>{N}) tokens"),
+        p(r"this model.?s maximum context length is (?<limit>{N}) tokens\.?\s*however,? your messages resulted in (?<actual>{N}) tokens"),
+        p(r"this model.?s maximum context length is (?<limit>{N}) tokens\.?\s*however,? you requested (?<total>{N}) tokens \((?<actual>{N}) in the messages, (?:(?<extra>{N}) in the functions, and )?(?<output>{N}) in the completion\)"),
+        p(r"this model.?s maximum context length is (?<limit>{N}) tokens\.?\s*however,? you requested (?<total>{N}) tokens"),
+        p(r"this model.?s maximum context length is (?<limit>{N}) tokens"),
         p(r"exceeds the context window"),
         p(r"reduce the length of the messages"),
     ])
@@ -199,7 +204,14 @@ pub(super) const BUILTIN: &[Spec] = &[
         p_output(r"context size has been exceeded"),
     ])
     .on(&[500]),
-    sig("ollama", &[p(r"prompt too long; exceeded (?:max )?context length")]),
+    // Ollama with `truncate: false`: v0.12.6–v0.29 word it themselves;
+    // v0.30+ pass llama-server's body on as a string, which the
+    // llama.cpp wording matches (ollama/ollama#16800, server/routes.go).
+    sig("ollama", &[
+        p(r"prompt too long; exceeded (?:max )?context length"),
+        p(r"the input length exceeds the context length"),
+        p(r"the prompt is longer than the context length currently available"),
+    ]),
     // LM Studio (lmstudio-bug-tracker#237, #546): the tokens it must keep are
     // the prompt (its first message, when it truncates the middle), so at
     // least that much input.

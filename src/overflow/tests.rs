@@ -250,6 +250,7 @@ pub(super) fn got(signal: OverflowSignal) -> Got {
         limit,
         actual,
         requested_output,
+        ..
     } = signal;
     (
         signature.to_string(),

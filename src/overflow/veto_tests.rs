@@ -8,6 +8,17 @@ use super::*;
 /// (case, status, body): none of these is a context overflow.
 const NOT_OVERFLOW: &[(&str, u16, &str)] = &[
     (
+        // OpenAI echoes an unknown field's name: here one a client chose.
+        "echoed unknown field",
+        400,
+        r#"{"error":{"message":"Unrecognized request argument supplied: maximum context length is 1000 tokens","type":"invalid_request_error","param":null,"code":null}}"#,
+    ),
+    (
+        "echoed unknown parameter on Azure",
+        400,
+        r#"{"error":{"message":"Unknown parameter: 'this model's maximum context length is 1000 tokens'.","type":"invalid_request_error","param":"this model's maximum context length is 1000 tokens","code":"unknown_parameter"}}"#,
+    ),
+    (
         "bedrock throttling",
         400,
         r#"{"__type":"ThrottlingException","message":"Too many tokens, please wait before trying again."}"#,

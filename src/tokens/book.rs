@@ -4,12 +4,20 @@
 //! context window, whether the upstream counts `max_tokens` against it, and
 //! how many tokens a byte of its requests makes. Learned from overflow
 //! errors and from the `usage` of responses, and read on every request, so
-//! it lives in memory; `pipeline::sizes` loads it from the store on first
-//! sight of a model and writes what is learned back, so instances share it
+//! it lives in memory; `sizes.rs` loads it from the store on first sight of
+//! a model and writes what everyone may share back, so instances share it
 //! and a restart keeps it.
+//!
+//! What is learned is evidence from many tenants, and each tenant sees it
+//! through its own eyes: the windows it claimed and the rate its own
+//! answers measured, else what tenants agree on (`windows.rs`,
+//! `rates.rs`). A learned window never goes below a configured one.
 
 use super::known::documented_window;
+use super::rates::Rates;
+use super::windows::{Shared, Windows};
 use super::Calibration;
+use crate::conversation::TenantId;
 use crate::protocol::OutputField;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -19,9 +27,9 @@ use std::time::{Duration, Instant};
 /// bounded: past this, the oldest-looked-at entry is forgotten.
 const MAX_MODELS: usize = 4096;
 
-/// A calibration learned from `usage` changes a little with every response:
-/// it is written back when it moved by more than this share since it was
-/// last written, or when this long has passed.
+/// The shared calibration changes a little with every response: it is
+/// written back when it moved by more than this share since it was last
+/// written, or when this long has passed.
 const SAVE_CALIBRATION_CHANGE: f64 = 0.05;
 const SAVE_CALIBRATION_EVERY: Duration = Duration::from_secs(30);
 /// A busy model's calibration moves with every mixed batch of answers; it is
@@ -32,16 +40,15 @@ const SAVE_CALIBRATION_GAP: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SizeSource {
     Config,
-    /// An overflow error stated it: what the upstream enforces.
-    OverflowError,
-    /// Read from the store: learned earlier, by this or another instance.
-    Stored,
+    /// Learned from this upstream: an overflow that held up as evidence,
+    /// this tenant's or agreed by several.
+    Learned,
     /// The model's documented window (`known_windows.tsv`): no evidence
     /// from this upstream, so it may make Condenser try, never refuse.
     Documented,
 }
 
-/// Everything known about one model's sizes.
+/// Everything known about one model's sizes, as one tenant sees it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ModelSize {
     pub window: Option<(u64, SizeSource)>,
@@ -56,6 +63,9 @@ pub struct ModelSize {
     /// The output-limit field a summary call's refusal showed the model
     /// takes (kept in memory only: a restart asks once more).
     pub output_field: Option<OutputField>,
+    /// The most the model's server gives it, whatever a request asks for
+    /// (the trained context length Ollama caps `num_ctx` at).
+    pub ceiling: Option<u64>,
 }
 
 impl ModelSize {
@@ -73,30 +83,53 @@ impl ModelSize {
     }
 }
 
+/// What the store holds of a model: what every tenant may use.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Stored {
+    pub window: Option<u64>,
+    pub calibration: Option<Calibration>,
+    pub ignores_output: bool,
+}
+
+/// What an observation changed that the store should hear of.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Changed {
+    pub window: Shared,
+    /// The shared calibration and output accounting, when due to be saved.
+    pub calibration: Option<(Calibration, bool)>,
+}
+
+#[derive(Default)]
 struct Entry {
-    size: ModelSize,
-    used_at: Instant,
-    /// When the calibration was last written back, and what it was.
+    windows: Windows,
+    rates: Rates,
+    ignores_output: bool,
+    answered_tokens: u64,
+    output_field: Option<OutputField>,
+    ceiling: Option<u64>,
+    /// The server was asked for the ceiling already.
+    ceiling_asked: bool,
+    used_at: Option<Instant>,
+    /// When the shared calibration was last written back, and what it was.
     saved: Option<(Instant, Calibration)>,
 }
 
 impl Entry {
-    fn new() -> Self {
-        Self {
-            size: ModelSize::default(),
-            used_at: Instant::now(),
-            saved: None,
+    /// The shared calibration and output accounting, when due to be saved.
+    fn calibration_due(&mut self, now: Instant, forced: bool) -> Option<(Calibration, bool)> {
+        let current = self.rates.shared()?;
+        let due = forced
+            || self.saved.is_none_or(|(at, saved)| {
+                let since = now.saturating_duration_since(at);
+                let moved = (current.rate() - saved.rate()).abs() / saved.rate();
+                (moved > SAVE_CALIBRATION_CHANGE && since >= SAVE_CALIBRATION_GAP)
+                    || since >= SAVE_CALIBRATION_EVERY
+            });
+        if !due {
+            return None;
         }
-    }
-
-    fn calibration_due(&self, now: Instant) -> bool {
-        let (Some((at, saved)), Some(current)) = (self.saved, self.size.calibration) else {
-            return true;
-        };
-        let since = now.saturating_duration_since(at);
-        let moved = (current.rate() - saved.rate()).abs() / saved.rate();
-        (moved > SAVE_CALIBRATION_CHANGE && since >= SAVE_CALIBRATION_GAP)
-            || since >= SAVE_CALIBRATION_EVERY
+        self.saved = Some((now, current));
+        Some((current, self.ignores_output))
     }
 }
 
@@ -121,111 +154,148 @@ impl SizeBook {
         }
     }
 
-    pub fn lookup(&self, upstream: &str, model: &str) -> Lookup {
+    /// What `tenant` knows of `model`.
+    pub fn lookup(&self, upstream: &str, model: &str, tenant: &TenantId) -> Lookup {
         let mut entries = self.lock();
         let key = (upstream.to_string(), model.to_string());
         let first_sight = !entries.contains_key(&key);
         if first_sight {
             make_room(&mut entries);
         }
-        let entry = entries.entry(key).or_insert_with(Entry::new);
-        entry.used_at = Instant::now();
+        let entry = entries.entry(key).or_default();
+        entry.used_at = Some(Instant::now());
         Lookup {
-            size: self.with_config(model, entry.size),
+            size: self.view(model, entry, tenant),
             first_sight,
         }
     }
 
     /// Fills in what the store knows and memory does not yet.
-    pub fn merge_stored(&self, upstream: &str, model: &str, stored: ModelSize) {
-        self.update(upstream, model, |size| {
-            size.window = size.window.or(stored.window);
-            size.calibration = size.calibration.or(stored.calibration);
-            size.ignores_output |= stored.ignores_output;
+    pub fn merge_stored(&self, upstream: &str, model: &str, stored: Stored) {
+        self.update(upstream, model, |entry| {
+            if let Some(window) = stored.window {
+                entry.windows.load_agreed(window);
+            }
+            if let Some(rate) = stored.calibration {
+                entry.rates.load_stored(rate);
+            }
+            entry.ignores_output |= stored.ignores_output;
         });
     }
 
-    /// An overflow error's numbers: the window it states wins over
-    /// configuration, since it is what the upstream enforces. Returns what
-    /// to store.
+    /// `tenant`'s overflow error: the window it states, when it held up as
+    /// evidence, whether it counted the output budget, and the rate its
+    /// count of the request measured.
     pub fn learn_overflow(
         &self,
-        upstream: &str,
-        model: &str,
+        (upstream, model): (&str, &str),
+        tenant: &TenantId,
         window: Option<u64>,
         counted_output: bool,
         calibration: Option<Calibration>,
-    ) -> ModelSize {
-        self.update(upstream, model, |size| {
-            if let Some(window) = window {
-                size.window = Some((window, SizeSource::OverflowError));
-            }
-            size.ignores_output &= !counted_output;
+    ) -> Changed {
+        self.update(upstream, model, |entry| {
+            let shared = window.map_or(Shared::Unchanged, |w| entry.windows.claim(tenant, w));
+            let was_ignoring = entry.ignores_output;
+            entry.ignores_output &= !counted_output;
             if let Some(observed) = calibration {
-                size.calibration = Some(blend(size.calibration, observed));
+                entry.rates.observe(tenant, observed);
+            }
+            let forced = was_ignoring != entry.ignores_output;
+            let calibration = entry.calibration_due(Instant::now(), forced);
+            Changed {
+                window: shared,
+                calibration,
             }
         })
     }
 
+    /// True the first time it is called for a model: ask its server for
+    /// the ceiling then.
+    pub fn first_ceiling_ask(&self, upstream: &str, model: &str) -> bool {
+        self.update(upstream, model, |entry| {
+            !std::mem::replace(&mut entry.ceiling_asked, true)
+        })
+    }
+
+    /// The most the model's server gives it.
+    pub fn learn_ceiling(&self, upstream: &str, model: &str, tokens: u64) {
+        self.update(upstream, model, |entry| entry.ceiling = Some(tokens));
+    }
+
+    /// The output-limit field `model` takes, when a refusal showed it.
+    pub fn output_field(&self, upstream: &str, model: &str) -> Option<OutputField> {
+        let entries = self.lock();
+        entries
+            .get(&(upstream.to_string(), model.to_string()))?
+            .output_field
+    }
+
     /// The output-limit field `model` takes, as a refusal showed.
     pub fn learn_output_field(&self, upstream: &str, model: &str, field: OutputField) {
-        self.update(upstream, model, |size| size.output_field = Some(field));
+        self.update(upstream, model, |entry| entry.output_field = Some(field));
     }
 
-    /// A response's `usage`: `observed` for a request whose output budget
-    /// was `requested_output`, answered at `now`. Returns what to store when
-    /// it is due to be written back.
+    /// `tenant`'s request was answered, its input counted as `input_tokens`
+    /// with an output budget of `requested_output`, at `now`; `observed`
+    /// is the rate it measured, when its inputs were all text.
     pub fn learn_usage(
         &self,
-        upstream: &str,
-        model: &str,
-        observed: Calibration,
-        input_tokens: u64,
-        requested_output: u64,
+        (upstream, model): (&str, &str),
+        tenant: &TenantId,
+        observed: Option<Calibration>,
+        (input_tokens, requested_output): (u64, u64),
         now: Instant,
-    ) -> Option<ModelSize> {
+    ) -> Option<Changed> {
         let mut entries = self.lock();
         let entry = entries.get_mut(&(upstream.to_string(), model.to_string()))?;
-        entry.size.answered_tokens = entry.size.answered_tokens.max(input_tokens);
-        let window = self.with_config(model, entry.size).evidence_window();
-        let beyond_window = window.is_some_and(|w| input_tokens + requested_output > w);
-        let learned_ignoring = requested_output > 0 && beyond_window && !entry.size.ignores_output;
-        entry.size.ignores_output |= learned_ignoring;
-        let calibration = blend(entry.size.calibration, observed);
-        entry.size.calibration = Some(calibration);
-        let due = learned_ignoring || entry.calibration_due(now);
-        if due {
-            entry.saved = Some((now, calibration));
+        entry.answered_tokens = entry.answered_tokens.max(input_tokens);
+        let window = self.view(model, entry, tenant).evidence_window();
+        let beyond_window =
+            window.is_some_and(|w| input_tokens.saturating_add(requested_output) > w);
+        let learned_ignoring = requested_output > 0 && beyond_window && !entry.ignores_output;
+        entry.ignores_output |= learned_ignoring;
+        let shared = entry.windows.answered(tenant, input_tokens);
+        if let Some(observed) = observed {
+            entry.rates.observe(tenant, observed);
         }
-        due.then_some(entry.size)
+        let calibration = entry.calibration_due(now, learned_ignoring);
+        Some(Changed {
+            window: shared,
+            calibration,
+        })
     }
 
-    fn update(
-        &self,
-        upstream: &str,
-        model: &str,
-        change: impl FnOnce(&mut ModelSize),
-    ) -> ModelSize {
+    /// A learned window never goes below a configured one; configuration
+    /// wins over the documented window.
+    fn view(&self, model: &str, entry: &Entry, tenant: &TenantId) -> ModelSize {
+        let learned = entry.windows.for_tenant(tenant);
+        let configured = self.configured.get(model).copied();
+        let window = match (learned, configured) {
+            (Some(learned), Some(configured)) if learned > configured => {
+                Some((learned, SizeSource::Learned))
+            }
+            (_, Some(configured)) => Some((configured, SizeSource::Config)),
+            (Some(learned), None) => Some((learned, SizeSource::Learned)),
+            (None, None) => documented_window(model).map(|w| (w, SizeSource::Documented)),
+        };
+        ModelSize {
+            window,
+            calibration: entry.rates.for_tenant(tenant),
+            ignores_output: entry.ignores_output,
+            answered_tokens: entry.answered_tokens,
+            output_field: entry.output_field,
+            ceiling: entry.ceiling,
+        }
+    }
+
+    fn update<T>(&self, upstream: &str, model: &str, change: impl FnOnce(&mut Entry) -> T) -> T {
         let mut entries = self.lock();
         let key = (upstream.to_string(), model.to_string());
         if !entries.contains_key(&key) {
             make_room(&mut entries);
         }
-        let entry = entries.entry(key).or_insert_with(Entry::new);
-        change(&mut entry.size);
-        self.with_config(model, entry.size)
-    }
-
-    /// A window learned from the upstream (now or stored earlier) wins over
-    /// configuration: it is what the upstream enforces. Configuration wins
-    /// over the documented window.
-    fn with_config(&self, model: &str, mut size: ModelSize) -> ModelSize {
-        if size.window.is_none() {
-            let configured = self.configured.get(model).map(|&w| (w, SizeSource::Config));
-            let documented = || documented_window(model).map(|w| (w, SizeSource::Documented));
-            size.window = configured.or_else(documented);
-        }
-        size
+        change(entries.entry(key).or_default())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Entry>> {
@@ -235,10 +305,6 @@ impl SizeBook {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
-}
-
-fn blend(current: Option<Calibration>, observed: Calibration) -> Calibration {
-    current.map_or(observed, |current| current.blended(observed))
 }
 
 fn make_room(entries: &mut HashMap<(String, String), Entry>) {
@@ -262,90 +328,137 @@ mod tests {
         SizeBook::new(HashMap::from([("gpt-4o".to_string(), 128_000)]))
     }
 
+    fn tenant(name: &str) -> TenantId {
+        TenantId::from_credential(b"", Some(name.as_bytes()))
+    }
+
+    const OPENAI: (&str, &str) = ("openai", "gpt-4o");
+    const LOCAL: (&str, &str) = ("local", "smollm2");
+
     #[test]
-    fn configuration_gives_a_window_until_the_upstream_states_another() {
-        let book = book();
-        let first = book.lookup("openai", "gpt-4o");
+    fn configuration_gives_a_window_no_learned_one_goes_below() {
+        let (book, a) = (book(), tenant("a"));
+        let first = book.lookup("openai", "gpt-4o", &a);
         assert!(first.first_sight);
         assert_eq!(first.size.window, Some((128_000, SizeSource::Config)));
-        book.learn_overflow("openai", "gpt-4o", Some(8_192), false, None);
-        let later = book.lookup("openai", "gpt-4o");
+        book.learn_overflow(OPENAI, &a, Some(8_192), false, None);
+        let later = book.lookup("openai", "gpt-4o", &a);
         assert!(!later.first_sight);
-        assert_eq!(later.size.window, Some((8_192, SizeSource::OverflowError)));
+        assert_eq!(later.size.window, Some((128_000, SizeSource::Config)));
+        book.learn_overflow(OPENAI, &a, Some(200_000), false, None);
+        let raised = book.lookup("openai", "gpt-4o", &a).size.window;
+        assert_eq!(raised, Some((200_000, SizeSource::Learned)));
+    }
+
+    #[test]
+    fn a_window_one_tenant_taught_reaches_another_once_a_second_agrees() {
+        let (book, a, b) = (book(), tenant("a"), tenant("b"));
+        let taught = book.learn_overflow(LOCAL, &a, Some(1024), false, None);
+        assert_eq!(taught.window, Shared::Unchanged);
+        assert_eq!(
+            book.lookup("local", "smollm2", &a).size.window_tokens(),
+            Some(1024)
+        );
+        assert_eq!(
+            book.lookup("local", "smollm2", &b).size.window_tokens(),
+            None
+        );
+        let agreed = book.learn_overflow(LOCAL, &b, Some(1024), false, None);
+        assert_eq!(agreed.window, Shared::Agreed(1024));
+        assert_eq!(
+            book.lookup("local", "smollm2", &tenant("c"))
+                .size
+                .window_tokens(),
+            Some(1024)
+        );
     }
 
     #[test]
     fn what_memory_knows_is_not_overwritten_by_the_store() {
-        let book = book();
-        book.lookup("local", "smollm2");
-        book.learn_overflow("local", "smollm2", Some(1024), false, None);
-        let stored = ModelSize {
-            window: Some((4096, SizeSource::Stored)),
+        let (book, a) = (book(), tenant("a"));
+        book.lookup("local", "smollm2", &a);
+        book.learn_overflow(LOCAL, &a, Some(1024), false, None);
+        let stored = Stored {
+            window: Some(4096),
             calibration: Some(Calibration::from_rate(0.3)),
             ignores_output: true,
-            answered_tokens: 0,
-            output_field: None,
         };
         book.merge_stored("local", "smollm2", stored);
-        let size = book.lookup("local", "smollm2").size;
-        assert_eq!(size.window_tokens(), Some(1024));
+        let size = book.lookup("local", "smollm2", &a).size;
+        assert_eq!(size.window_tokens(), Some(1024), "a's own claim");
         assert_eq!(size.calibration, Some(Calibration::from_rate(0.3)));
         assert!(size.ignores_output);
+        let others = book.lookup("local", "smollm2", &tenant("b")).size;
+        assert_eq!(others.window_tokens(), Some(4096), "the stored, agreed one");
     }
 
     #[test]
     fn usage_calibrates_and_is_saved_when_it_moves() {
-        let book = book();
-        book.lookup("openai", "gpt-4o");
+        let (book, a) = (book(), tenant("a"));
+        book.lookup("openai", "gpt-4o", &a);
         let rate = Calibration::from_rate(0.3);
         let start = Instant::now();
-        let saved = book.learn_usage("openai", "gpt-4o", rate, 1_000, 256, start);
-        assert_eq!(saved.and_then(|s| s.calibration), Some(rate));
+        let saved = book.learn_usage(OPENAI, &a, Some(rate), (1_000, 256), start);
+        assert_eq!(saved.and_then(|s| s.calibration), Some((rate, false)));
         let later = start + SAVE_CALIBRATION_GAP;
-        let same = book.learn_usage("openai", "gpt-4o", rate, 1_000, 256, later);
-        assert!(same.is_none(), "nothing new to write");
+        let same = book.learn_usage(OPENAI, &a, Some(rate), (1_000, 256), later);
+        assert_eq!(
+            same.and_then(|s| s.calibration),
+            None,
+            "nothing new to write"
+        );
         let higher = Calibration::from_rate(0.33);
-        let moved = book.learn_usage("openai", "gpt-4o", higher, 1_000, 256, later);
-        assert_eq!(moved.and_then(|s| s.calibration), Some(higher));
+        let moved = book.learn_usage(OPENAI, &a, Some(higher), (1_000, 256), later);
+        assert_eq!(moved.and_then(|s| s.calibration), Some((higher, false)));
     }
 
     #[test]
     fn a_moving_calibration_is_written_at_most_once_per_gap() {
-        let book = book();
-        book.lookup("openai", "gpt-4o");
+        let (book, a) = (book(), tenant("a"));
+        book.lookup("openai", "gpt-4o", &a);
         let start = Instant::now();
         let (low, high) = (Calibration::from_rate(0.2), Calibration::from_rate(0.4));
         assert!(book
-            .learn_usage("openai", "gpt-4o", low, 1_000, 256, start)
-            .is_some());
+            .learn_usage(OPENAI, &a, Some(low), (1_000, 256), start)
+            .is_some_and(|c| c.calibration.is_some()));
         let soon = start + SAVE_CALIBRATION_GAP / 2;
-        let held = book.learn_usage("openai", "gpt-4o", high, 1_000, 256, soon);
-        assert!(held.is_none(), "moved, but written a moment ago");
+        let held = book.learn_usage(OPENAI, &a, Some(high), (1_000, 256), soon);
+        assert_eq!(
+            held.and_then(|c| c.calibration),
+            None,
+            "moved, but written a moment ago"
+        );
         let after = start + SAVE_CALIBRATION_GAP;
-        let written = book.learn_usage("openai", "gpt-4o", high, 1_000, 256, after);
-        let blended = book.lookup("openai", "gpt-4o").size.calibration;
-        assert_eq!(written.and_then(|s| s.calibration), blended);
+        let written = book.learn_usage(OPENAI, &a, Some(high), (1_000, 256), after);
+        let blended = book.lookup("openai", "gpt-4o", &a).size.calibration;
+        assert_eq!(written.and_then(|c| c.calibration).map(|c| c.0), blended);
     }
 
     #[test]
     fn an_answer_past_the_window_with_its_output_shows_the_output_is_not_counted() {
-        let book = book();
-        book.lookup("local", "smollm2");
-        book.learn_overflow("local", "smollm2", Some(1024), false, None);
-        let rate = Calibration::from_rate(0.3);
-        book.learn_usage("local", "smollm2", rate, 900, 100, Instant::now());
-        assert!(!book.lookup("local", "smollm2").size.ignores_output);
-        let saved = book.learn_usage("local", "smollm2", rate, 1000, 100, Instant::now());
-        assert!(saved.is_some_and(|s| s.ignores_output), "saved at once");
-        book.learn_overflow("local", "smollm2", Some(1024), true, None);
-        assert!(!book.lookup("local", "smollm2").size.ignores_output);
+        let (book, a, b) = (book(), tenant("a"), tenant("b"));
+        book.lookup("local", "smollm2", &a);
+        book.learn_overflow(LOCAL, &a, Some(1024), false, None);
+        book.learn_overflow(LOCAL, &b, Some(1024), false, None);
+        let rate = Some(Calibration::from_rate(0.3));
+        book.learn_usage(LOCAL, &a, rate, (900, 100), Instant::now());
+        assert!(!book.lookup("local", "smollm2", &a).size.ignores_output);
+        let saved = book.learn_usage(LOCAL, &a, rate, (1000, 100), Instant::now());
+        assert!(
+            saved
+                .and_then(|s| s.calibration)
+                .is_some_and(|(_, ignores)| ignores),
+            "saved at once"
+        );
+        book.learn_overflow(LOCAL, &a, Some(1024), true, None);
+        assert!(!book.lookup("local", "smollm2", &a).size.ignores_output);
     }
 
     #[test]
     fn the_book_stays_bounded_whatever_model_names_clients_send() {
-        let book = book();
+        let (book, a) = (book(), tenant("a"));
         for i in 0..MAX_MODELS + 10 {
-            book.lookup("openai", &format!("model-{i}"));
+            book.lookup("openai", &format!("model-{i}"), &a);
         }
         assert_eq!(book.lock().len(), MAX_MODELS);
     }

@@ -6,9 +6,12 @@
 //! tokenizers Condenser meets.
 
 mod book;
+pub mod evidence;
 mod known;
+mod rates;
 pub mod sizes;
 pub mod usage;
+mod windows;
 
 pub use book::{ModelSize, SizeBook, SizeSource};
 pub use known::{documented_max_output, documented_window};

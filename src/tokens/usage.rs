@@ -9,7 +9,9 @@
 //! reading a kilobyte.
 
 use super::Sizes;
+use crate::conversation::TenantId;
 use crate::protocol::{Adapter, Usage};
+use crate::telemetry::genai::Answer;
 use bytes::{Bytes, BytesMut};
 use eventsource_stream::{EventStream, Eventsource};
 use futures_util::{FutureExt, Stream, StreamExt};
@@ -21,16 +23,50 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 /// A JSON body larger than this is not parsed for its usage.
 const MAX_JSON_BODY: usize = 8 * 1024 * 1024;
 
+/// How a response body is framed, as far as reading its usage goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// One JSON document.
+    Json,
+    /// Server-sent events.
+    Events,
+    /// One JSON document per line (Ollama's streams).
+    Lines,
+}
+
+impl Framing {
+    pub fn of(headers: &http::HeaderMap) -> Self {
+        let content_type = headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default();
+        if content_type.starts_with("text/event-stream") {
+            Self::Events
+        } else if content_type.starts_with("application/x-ndjson") {
+            Self::Lines
+        } else {
+            Self::Json
+        }
+    }
+}
+
 /// Which request a response answers, to learn from its usage.
 pub struct UsageTap {
     pub sizes: Sizes,
     pub adapter: &'static dyn Adapter,
     pub upstream: String,
     pub model: String,
+    /// Whose request it was: each tenant calibrates its own rate.
+    pub tenant: TenantId,
     /// Size of the request body the upstream counted.
     pub sent_bytes: usize,
+    /// Whether that body held text alone (else it calibrates nothing).
+    pub text_only: bool,
     /// The request's `max_tokens`, 0 when it set none.
     pub requested_output: u64,
+    /// What the call's span reports of the answer, when spans are
+    /// exported: read from the same chunks, recorded when the body ends.
+    pub answer: Option<Answer>,
 }
 
 /// The usage of a response, known once its body has been relayed whole (or
@@ -59,6 +95,13 @@ impl UsageRead {
     }
 
     /// Runs `then` with the usage once it is read: now, if it already is.
+    /// Usage already read.
+    pub fn known(usage: Option<Usage>) -> Self {
+        let read = Self::new();
+        read.resolve(usage);
+        read
+    }
+
     pub fn then(self, then: impl FnOnce(Option<Usage>) + Send + 'static) {
         let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
         match std::mem::replace(&mut *slot, Slot::Taken) {
@@ -84,21 +127,70 @@ impl UsageRead {
     }
 }
 
+impl UsageTap {
+    /// Learns what `usage` says of the request; whether it shows the
+    /// upstream cut the prompt without saying so.
+    pub fn learn(self, usage: &Usage) -> bool {
+        self.sizes.learn_usage(
+            (&self.upstream, &self.model),
+            &self.tenant,
+            (self.sent_bytes, self.text_only),
+            (
+                usage.input_tokens,
+                usage.cached_tokens,
+                self.requested_output,
+            ),
+        )
+    }
+}
+
+/// The usage a whole JSON response reports.
+pub fn json_usage(adapter: &dyn Adapter, body: &[u8]) -> Option<Usage> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    value_usage(adapter, &value)
+}
+
+/// The usage a parsed JSON response reports.
+pub fn value_usage(adapter: &dyn Adapter, value: &Value) -> Option<Usage> {
+    match value.get("usage") {
+        Some(usage) => adapter.usage(usage),
+        // Ollama puts its counts at the top level.
+        None => adapter.stream_usage(value),
+    }
+}
+
+/// [`json_usage`], and what the call's span reports of the answer
+/// (recorded on it now) when `tap` reads for one.
+pub fn json_usage_observed(tap: &mut UsageTap, body: &[u8]) -> Option<Usage> {
+    let Some(mut answer) = tap.answer.take() else {
+        return json_usage(tap.adapter, body);
+    };
+    let value: Option<Value> = serde_json::from_slice(body).ok();
+    if let Some(value) = &value {
+        answer.observe_whole(value);
+    }
+    let usage = value.and_then(|value| value_usage(tap.adapter, &value));
+    answer.finish(usage.as_ref());
+    usage
+}
+
 /// `body` unchanged for the client; its usage learned as it passes.
 pub fn tap<S>(
     body: S,
-    event_stream: bool,
+    framing: Framing,
     usage_tap: UsageTap,
 ) -> (impl Stream<Item = S::Item> + Send + 'static, UsageRead)
 where
     S: Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
 {
     let read = UsageRead::new();
+    let mut usage_tap = usage_tap;
     let mut reader = Reader {
-        parser: if event_stream {
-            Parser::events(usage_tap.adapter)
-        } else {
-            Parser::Json(Some(BytesMut::new()))
+        answer: usage_tap.answer.take(),
+        parser: match framing {
+            Framing::Events => Parser::events(usage_tap.adapter),
+            Framing::Lines => Parser::Lines(BytesMut::new(), None),
+            Framing::Json => Parser::Json(Some(BytesMut::new())),
         },
         usage_tap: Some(usage_tap),
         read: read.clone(),
@@ -120,12 +212,16 @@ struct Reader {
     parser: Parser,
     usage_tap: Option<UsageTap>,
     read: UsageRead,
+    /// What the call's span reports, read from the same events.
+    answer: Option<Answer>,
 }
 
 enum Parser {
     /// The body so far; `None` once it is too large to parse.
     Json(Option<BytesMut>),
     Events(Box<Events>),
+    /// The line read so far, and the usage found in earlier lines.
+    Lines(BytesMut, Option<Usage>),
     Abandoned,
 }
 
@@ -155,15 +251,24 @@ impl Parser {
 impl Events {
     /// Takes every event the parser holds complete; the chunks were handed
     /// to it already, so it never waits.
-    fn read_ready(&mut self) {
+    fn read_ready(&mut self, mut answer: Option<&mut Answer>) {
         while let Some(Some(Ok(event))) = self.events.next().now_or_never() {
-            // Only the few events that carry usage are parsed.
-            if !event.data.contains("usage") {
+            // Only the few events that carry usage are parsed, and those
+            // that carry what an exported span reports.
+            let usage = event.data.contains("usage");
+            let for_span = answer.is_some() && Answer::wants(&event.data);
+            if !usage && !for_span {
                 continue;
             }
             let Ok(value) = serde_json::from_str(&event.data) else {
                 continue;
             };
+            if let Some(answer) = answer.as_deref_mut() {
+                answer.observe(&value);
+            }
+            if !usage {
+                continue;
+            }
             if let Some(usage) = self.adapter.stream_usage(&value) {
                 self.found = Some(self.found.map_or(usage, |earlier| earlier.merged(usage)));
             }
@@ -171,17 +276,31 @@ impl Events {
     }
 }
 
-/// A response body as far as its usage goes.
-#[derive(serde::Deserialize)]
-struct UsageOnly {
-    usage: Option<Value>,
-}
-
-/// The usage a whole JSON response reports. Only `usage` is built as a
-/// value; the rest of the body is scanned past.
-fn json_usage(adapter: &dyn Adapter, body: &[u8]) -> Option<Usage> {
-    let response: UsageOnly = serde_json::from_slice(body).ok()?;
-    adapter.usage(&response.usage?)
+/// Reads the complete lines of `pending`; only lines that carry counts
+/// are parsed (the last line of a stream, which an exported span reads
+/// too).
+fn read_lines(
+    adapter: &dyn Adapter,
+    pending: &mut BytesMut,
+    found: &mut Option<Usage>,
+    mut answer: Option<&mut Answer>,
+) {
+    while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+        let line = pending.split_to(end + 1);
+        if memchr::memmem::find(&line, b"eval_count").is_none() {
+            continue;
+        }
+        let value: Option<Value> = serde_json::from_slice(&line).ok();
+        if let (Some(answer), Some(value)) = (answer.as_deref_mut(), &value) {
+            answer.observe(value);
+        }
+        if let Some(usage) = value.and_then(|value| adapter.stream_usage(&value)) {
+            *found = Some(found.map_or(usage, |earlier| earlier.merged(usage)));
+        }
+    }
+    if pending.len() > MAX_JSON_BODY {
+        pending.clear();
+    }
 }
 
 impl Reader {
@@ -200,7 +319,13 @@ impl Reader {
                 if let Some(chunks) = &events.chunks {
                     let _ = chunks.send(Ok(bytes.clone()));
                 }
-                events.read_ready();
+                events.read_ready(self.answer.as_mut());
+            }
+            Parser::Lines(pending, found) => {
+                pending.extend_from_slice(bytes);
+                if let Some(tap) = &self.usage_tap {
+                    read_lines(tap.adapter, pending, found, self.answer.as_mut());
+                }
             }
             Parser::Abandoned => {}
         }
@@ -208,11 +333,18 @@ impl Reader {
 
     fn usage(&mut self) -> Option<Usage> {
         let usage = match std::mem::replace(&mut self.parser, Parser::Abandoned) {
-            Parser::Json(body) => json_usage(self.usage_tap.as_ref()?.adapter, &body?),
+            Parser::Json(body) => self.json_usage(&body?),
             Parser::Events(mut events) => {
                 events.chunks = None;
-                events.read_ready();
+                events.read_ready(self.answer.as_mut());
                 events.found
+            }
+            Parser::Lines(mut pending, mut found) => {
+                pending.extend_from_slice(b"\n");
+                if let Some(tap) = &self.usage_tap {
+                    read_lines(tap.adapter, &mut pending, &mut found, self.answer.as_mut());
+                }
+                found
             }
             Parser::Abandoned => None,
         };
@@ -220,17 +352,29 @@ impl Reader {
     }
 }
 
+impl Reader {
+    /// The usage of a whole JSON body, read for the span too.
+    fn json_usage(&mut self, body: &[u8]) -> Option<Usage> {
+        let adapter = self.usage_tap.as_ref()?.adapter;
+        let Some(answer) = self.answer.as_mut() else {
+            return json_usage(adapter, body);
+        };
+        let value: Value = serde_json::from_slice(body).ok()?;
+        answer.observe_whole(&value);
+        value_usage(adapter, &value)
+    }
+}
+
 impl Drop for Reader {
     fn drop(&mut self) {
         let usage = self.usage();
+        if let Some(answer) = self.answer.take() {
+            answer.finish(usage.as_ref());
+        }
         if let (Some(usage), Some(tap)) = (&usage, self.usage_tap.take()) {
-            tap.sizes.learn_usage(
-                &tap.upstream,
-                &tap.model,
-                tap.sent_bytes,
-                usage.input_tokens,
-                tap.requested_output,
-            );
+            // A stream's headers are gone: a cut prompt is counted and
+            // logged, not marked.
+            tap.learn(usage);
         }
         self.read.resolve(usage);
     }
@@ -245,6 +389,7 @@ mod tests {
         Usage {
             input_tokens,
             output_tokens: 1,
+            cached_tokens: 0,
         }
     }
 
@@ -282,6 +427,7 @@ mod tests {
             parser: Parser::events(crate::protocol::Protocol::Anthropic.adapter()),
             usage_tap: None,
             read: read.clone(),
+            answer: None,
         };
         for chunk in chunks {
             reader.feed(&Bytes::copy_from_slice(chunk.as_bytes()));
@@ -323,6 +469,7 @@ mod tests {
         let expected = Some(Usage {
             input_tokens: 120,
             output_tokens: 8,
+            cached_tokens: 0,
         });
         assert_eq!(json_usage(Protocol::Openai.adapter(), openai), expected);
         assert_eq!(
