@@ -1,5 +1,8 @@
 //! Step 1, accept and route.
 
+mod activity;
+mod body;
+mod budget;
 mod guard;
 pub mod ops;
 pub mod passthrough;
@@ -9,40 +12,94 @@ use crate::state::AppState;
 use crate::upstream::routes::Endpoint;
 use axum::extract::{Request, State};
 use axum::response::Response;
-use axum::Router;
+use axum::{Extension, Router};
+use budget::BodyBudget;
+use std::sync::Arc;
 
 pub fn router(state: AppState) -> Router {
     let metrics = Router::new()
         .route("/metrics", axum::routing::get(crate::metrics::render))
         .with_state(crate::metrics::handle());
     let guard = axum::middleware::from_fn_with_state(state.clone(), guard::refuse_unforwardable);
+    let budget = body_budget(&state);
     Router::new()
         .merge(ops::router())
         .merge(crate::web::router(state.clone()))
         .fallback(proxy)
+        .layer(Extension(budget))
         .with_state(state)
         .merge(metrics)
         .layer(guard)
         .layer(axum::middleware::from_fn(crate::metrics::track))
 }
 
+/// This instance's budget of chat body bytes in flight.
+fn body_budget(state: &AppState) -> Arc<BodyBudget> {
+    let settings = &state.settings;
+    let max_body = settings.max_body_bytes;
+    let budget = BodyBudget::new(settings.server.inflight_body_budget(max_body), max_body);
+    if settings.server.max_inflight_body_bytes.is_none() && budget.limit() == max_body {
+        tracing::warn!(
+            max_body_bytes = max_body,
+            "little memory for chat bodies: one largest body at a time \
+             (lower max_body_bytes, or set server.max_inflight_body_bytes)"
+        );
+    }
+    tracing::info!(max_inflight_body_bytes = budget.limit(), "chat body budget");
+    budget
+}
+
 /// Every path that is not operational: chat endpoints go through the
 /// pipeline, the rest is forwarded untouched.
-async fn proxy(State(state): State<AppState>, request: Request) -> Response {
+async fn proxy(
+    State(state): State<AppState>,
+    Extension(budget): Extension<Arc<BodyBudget>>,
+    request: Request,
+) -> Response {
     let uri = request.uri();
     let route = state
         .routes
         .resolve(request.method(), uri.path(), uri.query(), request.headers());
     tracing::debug!(upstream = %route.upstream.name, endpoint = ?route.endpoint, "routed");
+    let total = state.settings.server.body_total_timeout;
+    let bounds = body::Bounds {
+        max_bytes: state.settings.max_body_bytes,
+        deadline: tokio::time::Instant::now() + total,
+        total,
+    };
     match route.endpoint {
         Endpoint::Chat | Endpoint::Responses => {
+            let declared = passthrough::declared_length(&request);
             let (parts, body) = request.into_parts();
-            let limit = state.settings.max_body_bytes;
-            match passthrough::read_body(body, limit).await {
-                Ok(body) => crate::pipeline::handle(&state, route, parts, body).await,
+            match body::read_chat_body(body, declared, bounds, &budget).await {
+                // The lease is given back once the answer's head is ready.
+                Ok((body, _lease)) => handle_chat(&state, route, parts, body).await,
                 Err(error) => error.into_response_for(route.upstream.protocol),
             }
         }
-        Endpoint::Passthrough => passthrough::forward(&state, route, request).await,
+        Endpoint::Passthrough => passthrough::forward(&state, route, request, bounds).await,
     }
+}
+
+/// Bodies from this size on are worked on beside the runtime's worker
+/// threads: identifying a 30 MiB history is seconds of CPU without a pause,
+/// which would stall every other request on that worker meanwhile. The
+/// body budget bounds how many such requests there are at once.
+const LARGE_BODY: usize = 1 << 20;
+
+async fn handle_chat(
+    state: &AppState,
+    route: crate::upstream::routes::Route,
+    parts: http::request::Parts,
+    body: bytes::Bytes,
+) -> Response {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let runtime = Handle::current();
+    // A current-thread runtime (tests) has no other worker to hand off to.
+    if body.len() < LARGE_BODY || runtime.runtime_flavor() != RuntimeFlavor::MultiThread {
+        return crate::pipeline::handle(state, route, parts, body).await;
+    }
+    tokio::task::block_in_place(|| {
+        runtime.block_on(crate::pipeline::handle(state, route, parts, body))
+    })
 }

@@ -1,29 +1,40 @@
 //! Step 1, route: what Condenser does not handle.
 //!
 //! Everything that is not a chat endpoint: forwarded byte for byte,
-//! streaming in both directions.
+//! streaming in both directions. Its body is not read into memory, so it
+//! takes nothing of the chat body budget; it is bounded in size and in
+//! time all the same.
 
-use crate::error::{caused_by, ProxyError};
+use super::body::{Bounds, WithDeadline};
+use crate::error::ProxyError;
 use crate::state::AppState;
 use crate::upstream::routes::Route;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
-use http_body_util::{BodyExt, Limited};
+use http_body_util::Limited;
 
-pub async fn forward(state: &AppState, route: Route, request: Request) -> Response {
+pub async fn forward(state: &AppState, route: Route, request: Request, bounds: Bounds) -> Response {
     let protocol = route.upstream.protocol;
-    let limit = state.settings.max_body_bytes;
+    let limit = bounds.max_bytes;
     if declared_length(&request).is_some_and(|length| length > limit) {
         return ProxyError::BodyTooLarge { limit }.into_response_for(protocol);
     }
     let (parts, body) = request.into_parts();
     let limited = Body::new(Limited::new(body, limit)).into_data_stream();
-    let body = reqwest::Body::wrap_stream(limited);
-    state
+    let (timed, expired) = WithDeadline::new(limited, bounds.deadline);
+    let body = reqwest::Body::wrap_stream(timed);
+    let response = state
         .upstream
         .forward(&route, parts.method, &parts.headers, body)
-        .await
+        .await;
+    // The upstream request failed because the body was cut off: the
+    // client's fault, in the client's terms.
+    if expired.is_set() && !response.status().is_success() {
+        let limit = bounds.total;
+        return ProxyError::BodyDeadline { limit }.into_response_for(protocol);
+    }
+    response
 }
 
 pub fn declared_length(request: &Request) -> Option<usize> {
@@ -34,18 +45,4 @@ pub fn declared_length(request: &Request) -> Option<usize> {
         .ok()?
         .parse()
         .ok()
-}
-
-/// Reads a whole body, at most `limit` bytes.
-pub async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ProxyError> {
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(error) if error.is::<http_body_util::LengthLimitError>() => {
-            Err(ProxyError::BodyTooLarge { limit })
-        }
-        Err(error) if caused_by::<tower_http::timeout::TimeoutError>(error.as_ref()) => {
-            Err(ProxyError::BodyTimeout)
-        }
-        Err(error) => Err(ProxyError::BodyRead(error.to_string())),
-    }
 }

@@ -6,32 +6,58 @@
 //!   and a new connection must send its first request within it too, or
 //!   it is closed: a client that connects and sends half a request line
 //!   holds a file descriptor for that long at most.
+//! - A connection with no request in flight for `server.idle_timeout` is
+//!   closed, HTTP/2 too (`activity.rs`).
 //! - At most `server.max_connections` client connections are served at
 //!   once, fewer when the open-file limit would not allow that many (each
 //!   may hold an upstream socket too). Past the cap, new connections wait in
 //!   the listen backlog and one warning says so; valid requests are not
-//!   refused by `accept` failing on a full file table.
+//!   refused by `accept` failing on a full file table. At the cap, the
+//!   connections without a request in flight are closed after
+//!   `server.header_read_timeout_at_cap`: a thousand silent connections
+//!   cannot keep a valid request waiting in the backlog for the whole
+//!   header timeout.
 //!
-//! The body read timeout is a layer in `app.rs`: it ends a request, not a
+//! Handlers find the client's address as `ConnectInfo<SocketAddr>`. The
+//! body read timeout is a layer in `app.rs`: it ends a request, not a
 //! connection.
 
+use super::activity::{self, Activity, Limits, Pressure};
 use crate::config::ServerSettings;
-use axum::extract::Request;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
 use axum::Router;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::GracefulConnection;
 use hyper_util::service::TowerToHyperService;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 /// File descriptors kept for everything that is not a client connection:
 /// the database pool, log files, the runtime.
 const RESERVED_FDS: u64 = 64;
+
+/// How long an idle connection that served requests may take to close
+/// gracefully (HTTP/2's GOAWAY, the rest of an answer a slow client reads).
+const GRACEFUL_CLOSE: Duration = Duration::from_secs(5);
+
+/// What a connection's task watches besides the connection itself.
+struct Watch {
+    activity: Arc<Activity>,
+    limits: Limits,
+    at_cap: watch::Receiver<bool>,
+    stopping: CancellationToken,
+}
 
 /// Serves `router` until `shutdown` resolves, then waits for the open
 /// connections to finish their requests.
@@ -41,36 +67,48 @@ pub async fn serve(
     settings: &ServerSettings,
     shutdown: impl Future<Output = ()>,
 ) {
-    let permits = Arc::new(Semaphore::new(connection_cap(settings.max_connections)));
+    let cap = connection_cap(settings.max_connections);
+    let permits = Arc::new(Semaphore::new(cap));
+    let pressure = Arc::new(Pressure::new(cap));
     let builder = Arc::new(builder(settings.header_read_timeout));
-    let graceful = GracefulShutdown::new();
+    let limits = Limits {
+        before_first_request: settings.header_read_timeout,
+        between_requests: settings.idle_timeout,
+        at_cap: settings.header_read_timeout_at_cap,
+    };
+    let stopping = CancellationToken::new();
+    let connections = TaskTracker::new();
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
             () = &mut shutdown => break,
-            accepted = accept(&listener, &permits) => accepted,
+            accepted = accept(&listener, &permits, &pressure) => accepted,
         };
-        let Some((stream, permit)) = accepted else {
+        let Some((stream, peer, permit)) = accepted else {
             continue;
         };
-        let first_request = Arc::new(Notify::new());
-        let seen = first_request.clone();
-        let service = router.clone().map_request(move |request: Request<_>| {
-            seen.notify_one();
-            request
-        });
+        let activity = Activity::new();
+        let service = tracked(router.clone(), activity.clone(), peer);
         let connection = builder
             .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service))
             .into_owned();
-        let connection = graceful.watch(connection);
-        let timeout = settings.header_read_timeout;
-        tokio::spawn(async move {
-            let _permit = permit;
-            first_request_within(connection, &first_request, timeout).await;
+        let watch = Watch {
+            activity,
+            limits,
+            at_cap: pressure.subscribe(),
+            stopping: stopping.clone(),
+        };
+        let (permits, pressure) = (permits.clone(), pressure.clone());
+        connections.spawn(async move {
+            run(connection, watch).await;
+            drop(permit);
+            pressure.free(permits.available_permits());
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    stopping.cancel();
+    connections.close();
+    connections.wait().await;
 }
 
 fn builder(header_read_timeout: Duration) -> Builder<TokioExecutor> {
@@ -86,24 +124,79 @@ fn builder(header_read_timeout: Duration) -> Builder<TokioExecutor> {
     builder
 }
 
+/// The router as the connection's service: each request is in flight on
+/// the connection's activity until its answer's body is dropped, and
+/// carries the client's address.
+fn tracked(
+    router: Router,
+    activity: Arc<Activity>,
+    peer: SocketAddr,
+) -> impl tower::Service<
+    http::Request<Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future = impl Future + Send,
+> + Clone {
+    tower::service_fn(move |mut request: http::Request<Incoming>| {
+        let in_flight = activity.begin();
+        request.extensions_mut().insert(ConnectInfo(peer));
+        let router = router.clone();
+        async move {
+            let response = router.oneshot(request).await?;
+            // The closure owns the guard, so it lives as long as the body.
+            Ok(response.map(|body| {
+                Body::new(body.map_frame(move |frame| {
+                    let _in_flight = &in_flight;
+                    frame
+                }))
+            }))
+        }
+    })
+}
+
+/// Runs a connection until it ends, idles out, or the server stops. One
+/// that never sent a whole request head is dropped; one that served
+/// requests is closed gracefully.
+async fn run<C: GracefulConnection>(connection: C, watch: Watch) {
+    tokio::pin!(connection);
+    let idled = activity::idled(&watch.activity, watch.limits, watch.at_cap);
+    tokio::select! {
+        _ = connection.as_mut() => {}
+        () = idled => {
+            if watch.activity.served() {
+                connection.as_mut().graceful_shutdown();
+                let _ = tokio::time::timeout(GRACEFUL_CLOSE, connection).await;
+            }
+        }
+        () = watch.stopping.cancelled() => {
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        }
+    }
+}
+
 /// The next connection, once there is room for it.
 async fn accept(
     listener: &TcpListener,
     permits: &Arc<Semaphore>,
-) -> Option<(tokio::net::TcpStream, OwnedSemaphorePermit)> {
+    pressure: &Pressure,
+) -> Option<(tokio::net::TcpStream, SocketAddr, OwnedSemaphorePermit)> {
     let permit = match permits.clone().try_acquire_owned() {
         Ok(permit) => permit,
         Err(_) => {
-            tracing::warn!(
-                "connection limit reached (server.max_connections): new connections wait until one closes"
-            );
+            if pressure.reached() {
+                tracing::warn!(
+                    "connection limit reached (server.max_connections): new connections wait until one closes; \
+                     connections without a request in flight close after server.header_read_timeout_at_cap"
+                );
+            }
             permits.clone().acquire_owned().await.ok()?
         }
     };
     match listener.accept().await {
-        Ok((stream, _)) => {
+        Ok((stream, peer)) => {
             let _ = stream.set_nodelay(true);
-            Some((stream, permit))
+            Some((stream, peer, permit))
         }
         Err(error) => {
             // Out of file descriptors or memory: wait rather than spin.
@@ -112,19 +205,6 @@ async fn accept(
             None
         }
     }
-}
-
-/// Runs a connection, but drops it when no request head arrives within
-/// `timeout`: hyper's header timer starts only once it knows the protocol,
-/// which takes the client's first bytes.
-async fn first_request_within(connection: impl Future, first_request: &Notify, timeout: Duration) {
-    tokio::pin!(connection);
-    tokio::select! {
-        _ = &mut connection => return,
-        () = first_request.notified() => {}
-        () = tokio::time::sleep(timeout) => return,
-    }
-    connection.await;
 }
 
 /// The configured cap, lowered to what the open-file limit allows after

@@ -4,23 +4,46 @@
 //! `Authorization: Bearer TOKEN` (scripts) or as the session cookie the
 //! login form sets (browsers). Both are compared in constant time.
 //!
-//! The cookie holds a digest of the token, not the token, and is
-//! `HttpOnly` and `SameSite=Strict`, so page scripts cannot read it and
-//! other sites cannot send it.
+//! The cookie holds a signed issue time (`session.rs`), not the token,
+//! expires after `admin_session_ttl`, and is `HttpOnly` and
+//! `SameSite=Strict`, so page scripts cannot read it and other sites cannot
+//! send it.
+//!
+//! Logging in is limited per client address: after five wrong tokens in a
+//! minute, the address gets a 429 with `Retry-After` until the minute is
+//! over, even for the right one, so the token cannot be guessed at the
+//! speed of the network. Behind a reverse proxy every client shares its
+//! address, and so its limit. The login page's stylesheet is served
+//! without a session, or the form would load unstyled.
 
+use super::session;
 use super::templates::render;
 use crate::state::AppState;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::Form;
-use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
+use axum::{Extension, Form};
+use axum_extra::extract::cookie::{Cookie, CookieJar};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 
 const COOKIE: &str = "condenser_admin";
+
+/// What anyone may load: the login page's own stylesheet.
+const PUBLIC_PATHS: &[&str] = &["/admin/login", "/admin/assets/admin.css"];
+
+/// Wrong tokens an address may send per window before it must wait.
+const LOGIN_FAILURES: u32 = 5;
+const LOGIN_WINDOW: Duration = Duration::from_secs(60);
+/// Addresses remembered at once; when that many failed within a window,
+/// new addresses wait too, rather than the table growing without bound.
+const LOGIN_ADDRESSES: usize = 10_000;
 
 /// The configured token, when the page is on.
 fn configured(state: &AppState) -> Option<&str> {
@@ -44,11 +67,7 @@ fn same(purpose: &str, presented: &str, token: &str) -> bool {
         .into()
 }
 
-fn session_value(token: &str) -> String {
-    hex::encode(digest("condenser-admin-session", token))
-}
-
-fn authorized(headers: &HeaderMap, jar: &CookieJar, token: &str) -> bool {
+fn authorized(headers: &HeaderMap, jar: &CookieJar, token: &str, ttl: Duration) -> bool {
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
@@ -56,10 +75,8 @@ fn authorized(headers: &HeaderMap, jar: &CookieJar, token: &str) -> bool {
     if let Some(presented) = bearer {
         return same("condenser-admin-token", presented, token);
     }
-    jar.get(COOKIE).is_some_and(|cookie| {
-        let expected = session_value(token);
-        cookie.value().as_bytes().ct_eq(expected.as_bytes()).into()
-    })
+    jar.get(COOKIE)
+        .is_some_and(|cookie| session::valid(cookie.value(), token, ttl))
 }
 
 /// 404 while the page is off; the login form to anyone without the token;
@@ -73,8 +90,9 @@ pub async fn require_admin(
     let Some(token) = configured(&state) else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    let is_login = request.uri().path() == "/admin/login";
-    let mut response = if is_login || authorized(request.headers(), &jar, token) {
+    let public = PUBLIC_PATHS.contains(&request.uri().path());
+    let ttl = state.settings.admin_session_ttl;
+    let mut response = if public || authorized(request.headers(), &jar, token, ttl) {
         next.run(request).await
     } else {
         (
@@ -107,14 +125,20 @@ pub struct Login {
 
 pub async fn login(
     State(state): State<AppState>,
-    jar: CookieJar,
+    Extension(limiter): Extension<Arc<LoginLimiter>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Form(login): Form<Login>,
 ) -> Response {
     let Some(token) = configured(&state) else {
         return StatusCode::NOT_FOUND.into_response();
     };
+    let client = client_key(peer.ip());
+    if let Err(wait) = limiter.check(client) {
+        return too_many_attempts(wait);
+    }
     if !same("condenser-admin-token", &login.token, token) {
+        limiter.failed(client);
         let page = render("login.html", minijinja::context! { failed => true });
         return (StatusCode::UNAUTHORIZED, page).into_response();
     }
@@ -122,13 +146,81 @@ pub async fn login(
     let https = headers
         .get("x-forwarded-proto")
         .is_some_and(|proto| proto.as_bytes().eq_ignore_ascii_case(b"https"));
-    let cookie = Cookie::build((COOKIE, session_value(token)))
-        .path("/admin")
-        .http_only(true)
-        .same_site(SameSite::Strict)
-        .secure(https)
-        .build();
-    (jar.add(cookie), Redirect::to("/admin/")).into_response()
+    let cookie = session_cookie(
+        &session::issue(token),
+        state.settings.admin_session_ttl,
+        https,
+    );
+    ([(header::SET_COOKIE, cookie)], Redirect::to("/admin/")).into_response()
+}
+
+/// The `Set-Cookie` value of a session: written out, as the cookie
+/// builder's `Max-Age` takes a type of a crate this one does not name.
+fn session_cookie(value: &str, ttl: Duration, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!(
+        "{COOKIE}={value}; Max-Age={}; Path=/admin; HttpOnly; SameSite=Strict{secure}",
+        ttl.as_secs()
+    )
+}
+
+fn too_many_attempts(wait: Duration) -> Response {
+    let seconds = wait.as_secs().max(1);
+    let page = render("login.html", minijinja::context! { retry_after => seconds });
+    let mut response = (StatusCode::TOO_MANY_REQUESTS, page).into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    response
+}
+
+/// The address a limit applies to: an IPv6 client usually holds a whole
+/// /64, so that is what counts as one client.
+fn client_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        },
+    }
+}
+
+/// Wrong tokens per client address, in fixed windows.
+#[derive(Default)]
+pub struct LoginLimiter {
+    failures: Mutex<HashMap<IpAddr, (Instant, u32)>>,
+}
+
+impl LoginLimiter {
+    /// `Err(wait)` while `client` has used up its window's failures.
+    fn check(&self, client: IpAddr) -> Result<(), Duration> {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        if failures.len() >= LOGIN_ADDRESSES {
+            failures.retain(|_, (since, _)| since.elapsed() < LOGIN_WINDOW);
+        }
+        match failures.get(&client) {
+            Some((since, count)) if *count >= LOGIN_FAILURES => {
+                let waited = since.elapsed();
+                if waited < LOGIN_WINDOW {
+                    return Err(LOGIN_WINDOW - waited);
+                }
+                Ok(())
+            }
+            None if failures.len() >= LOGIN_ADDRESSES => Err(LOGIN_WINDOW),
+            _ => Ok(()),
+        }
+    }
+
+    fn failed(&self, client: IpAddr) {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let entry = failures.entry(client).or_insert((now, 0));
+        if entry.0.elapsed() >= LOGIN_WINDOW {
+            *entry = (now, 0);
+        }
+        entry.1 += 1;
+    }
 }
 
 pub async fn logout(jar: CookieJar) -> Response {

@@ -12,6 +12,7 @@
 
 mod auth;
 mod pages;
+mod session;
 mod templates;
 mod view;
 
@@ -26,7 +27,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/admin", get(|| async { Redirect::permanent("/admin/") }))
         .route("/admin/", get(pages::conversations))
         .route(
-            "/admin/conversations/{tenant}/{root}",
+            "/admin/conversations/{tenant}/{conversation}",
             get(pages::conversation),
         )
         .route("/admin/overview", get(pages::overview))
@@ -41,6 +42,9 @@ pub fn router(state: AppState) -> Router<AppState> {
             state,
             auth::require_admin,
         ))
+        .layer(axum::Extension(std::sync::Arc::new(
+            auth::LoginLimiter::default(),
+        )))
 }
 
 /// The embedded static files: uPlot (MIT, see `assets/uPlot.LICENSE`) and

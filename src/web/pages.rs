@@ -5,7 +5,7 @@
 
 use super::templates::render;
 use super::view;
-use crate::conversation::{ChainHash, TenantId};
+use crate::conversation::{ChainHash, ConversationId, TenantId};
 use crate::format::utc_time;
 use crate::state::AppState;
 use crate::store::{ListQuery, SortBy, Store, StoreError, MAX_PAGE};
@@ -114,17 +114,18 @@ pub async fn conversations(
 
 pub async fn conversation(
     State(state): State<AppState>,
-    Path((tenant, root)): Path<(String, String)>,
+    Path((tenant, conversation)): Path<(String, String)>,
 ) -> Response {
     let Some(store) = state.storage.store() else {
         return no_database();
     };
     let tenant_valid = tenant.len() == 64 && tenant.bytes().all(|b| b.is_ascii_hexdigit());
-    let (Some(root), true) = (ChainHash::from_hex(&root), tenant_valid) else {
+    let id = ConversationId::from_hex(&conversation.to_ascii_lowercase());
+    let (Some(conversation), true) = (id, tenant_valid) else {
         return StatusCode::NOT_FOUND.into_response();
     };
     let tenant = TenantId::from_stored(tenant.to_ascii_lowercase());
-    match conversation_page(store, tenant, root).await {
+    match conversation_page(store, tenant, conversation).await {
         Ok(Some(page)) => page,
         Ok(None) => StatusCode::NOT_FOUND.into_response(),
         Err(error) => unavailable(error),
@@ -134,14 +135,16 @@ pub async fn conversation(
 async fn conversation_page(
     store: &Store,
     tenant: TenantId,
-    root: ChainHash,
+    conversation: ConversationId,
 ) -> Result<Option<Response>, StoreError> {
-    let Some(row) = store.conversation_row(&tenant, &root).await? else {
+    let Some(row) = store.conversation_row(&tenant, &conversation).await? else {
         return Ok(None);
     };
-    let points = store.conversation_requests(&tenant, &root).await?;
-    let detail = store.conversation_tree(tenant.clone(), root).await?;
-    let head = newest_head(&detail);
+    let points = store.conversation_requests(&tenant, &conversation).await?;
+    let detail = store
+        .conversation_tree(tenant.clone(), conversation)
+        .await?;
+    let head = live_head(&detail, &row.head);
     let from = (row.messages - PATH_MESSAGES).max(0);
     let path = store
         .path_texts(&tenant, &head, from, PREVIEW_CHARS)
@@ -149,13 +152,14 @@ async fn conversation_page(
     let title = row
         .label
         .clone()
-        .unwrap_or_else(|| format!("Conversation {}", root.short()));
+        .unwrap_or_else(|| format!("Conversation {}", conversation.short()));
     Ok(Some(render(
         "conversation.html",
         context! {
             title,
             tenant_short => tenant.short(),
-            root_short => root.short(),
+            id_short => conversation.short(),
+            root_short => row.root.short(),
             messages => row.messages,
             requests => row.requests,
             context => view::context(row.tokens, row.window_tokens),
@@ -168,8 +172,12 @@ async fn conversation_page(
     )))
 }
 
-/// The newest message of the tree: the tip of the live branch.
-fn newest_head(detail: &crate::store::ConversationDetail) -> ChainHash {
+/// The tip of the live branch: the newest request's head when it is
+/// stored, else the newest message the conversation reaches.
+fn live_head(detail: &crate::store::ConversationDetail, newest: &ChainHash) -> ChainHash {
+    if detail.messages.iter().any(|m| m.hash == *newest) {
+        return *newest;
+    }
     detail
         .messages
         .iter()

@@ -3,7 +3,7 @@
 //! What the templates print, built from store rows: pure functions from
 //! rows to serializable views, so the pages are plain templates.
 
-use crate::conversation::ChainHash;
+use crate::conversation::{ChainHash, ConversationId};
 use crate::format::{human_bytes, utc_time};
 use crate::store::{Compaction, ConversationDetail, ConversationRow, MessageText, RequestPoint};
 use serde::Serialize;
@@ -14,7 +14,7 @@ use std::collections::HashSet;
 pub struct RowView {
     pub href: String,
     pub label: Option<String>,
-    pub root_short: String,
+    pub id_short: String,
     pub tenant_short: String,
     pub last_activity: String,
     pub messages: i64,
@@ -26,8 +26,11 @@ pub struct RowView {
     pub model: String,
 }
 
-pub fn href(row_tenant: &str, root: &ChainHash) -> String {
-    format!("/admin/conversations/{row_tenant}/{}", root.to_hex())
+pub fn href(row_tenant: &str, conversation: &ConversationId) -> String {
+    format!(
+        "/admin/conversations/{row_tenant}/{}",
+        conversation.to_hex()
+    )
 }
 
 /// `12,345 / 128,000 tokens` or `12,345 tokens` with no known window.
@@ -40,9 +43,9 @@ pub fn context(tokens: i64, window: Option<i64>) -> String {
 
 pub fn row(row: &ConversationRow) -> RowView {
     RowView {
-        href: href(row.tenant.as_str(), &row.root),
+        href: href(row.tenant.as_str(), &row.conversation),
         label: row.label.clone(),
-        root_short: row.root.short(),
+        id_short: row.conversation.short(),
         tenant_short: row.tenant.short(),
         last_activity: utc_time(row.last_activity_ms),
         messages: row.messages,
@@ -162,7 +165,8 @@ pub struct BranchView {
     pub live: bool,
 }
 
-/// The leaves of the tree, newest first; the one on `head`'s path is live.
+/// The conversation's leaves, newest first; the one on the live path is
+/// live.
 pub fn branches(detail: &ConversationDetail, path: &[MessageText]) -> Vec<BranchView> {
     let parents: HashSet<ChainHash> = detail.messages.iter().filter_map(|m| m.parent).collect();
     let on_path: HashSet<ChainHash> = path.iter().map(|m| m.hash).collect();

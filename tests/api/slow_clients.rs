@@ -102,3 +102,87 @@ async fn a_request_body_that_stops_arriving_is_a_408_in_the_protocol_shape() {
         assert_eq!(response.json()["error"]["code"], "body_timeout", "{path}");
     }
 }
+
+#[tokio::test]
+async fn at_the_connection_cap_silent_connections_make_room_for_a_valid_request() {
+    rlimit::increase_nofile_limit(8_192).expect("raising this test's open-file limit");
+    let fake = FakeUpstream::start(FakeConfig::default()).await;
+    // Both limits at 1,024: a cap of (1,024 − 64) / 2 = 480 connections.
+    let proxy = ProxyProcess::start_with_fd_limit(
+        &[("CONDENSER_OPENAI_BASE_URL", &fake.openai_base_url())],
+        1_024,
+    );
+    let _held = dawdlers(&proxy, 1_034, b"").await;
+    let started = Instant::now();
+    while proxy.open_fds() < 480 && started.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let answered = list_models(&proxy, Duration::from_secs(2)).await;
+    assert_eq!(
+        answered.ok(),
+        Some(200),
+        "a valid request waited past 2 s behind 1,034 silent connections at the cap"
+    );
+}
+
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed_after_the_idle_timeout_and_a_busy_one_is_not() {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let mut options = Options::default().settings(json!({"server": {"idle_timeout": "1s"}}));
+    options.fake.first_byte_delay = Duration::from_millis(2_500);
+    let app = spawn_app_with(options).await;
+    let host = app.address.trim_start_matches("http://").to_string();
+    let stream = TcpStream::connect(&host).await.expect("connects");
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .expect("an HTTP/2 connection");
+    let open = tokio::spawn(connection);
+    // A request in flight longer than the idle timeout is not cut off.
+    let body = json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]});
+    let request = http::Request::post(app.url("/v1/chat/completions"))
+        .header("authorization", format!("Bearer {OPENAI_KEY}"))
+        .header("content-type", "application/json")
+        .body(Full::new(bytes::Bytes::from(body.to_string())))
+        .expect("a request");
+    let response = sender.send_request(request).await.expect("an answer");
+    assert_eq!(response.status(), 200);
+    response
+        .into_body()
+        .collect()
+        .await
+        .expect("the whole body");
+    let idle_from = Instant::now();
+    let closed = tokio::time::timeout(Duration::from_secs(5), open).await;
+    assert!(
+        closed.is_ok(),
+        "an idle HTTP/2 connection was still open 5 s after its last request"
+    );
+    assert!(idle_from.elapsed() >= Duration::from_millis(800));
+}
+
+#[tokio::test]
+async fn a_request_body_that_trickles_past_its_deadline_is_a_408_in_the_protocol_shape() {
+    let settings = json!({"server": {"body_read_timeout": "2s", "body_total_timeout": "3s"}});
+    let app = spawn_app_with(Options::default().settings(settings)).await;
+    let trickle = |path: &'static str| {
+        let address = app.address.clone();
+        async move {
+            let head = format!(
+                "POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {OPENAI_KEY}\r\ncontent-type: application/json\r\ncontent-length: 100000"
+            );
+            let every = Duration::from_millis(500);
+            (
+                path,
+                raw_client::send_trickling(&address, &head, every).await,
+            )
+        }
+    };
+    let answers = tokio::join!(trickle("/v1/chat/completions"), trickle("/v1/echo"));
+    for (path, (response, elapsed)) in [answers.0, answers.1] {
+        assert_eq!(response.status(), 408, "{path}: {}", response.0);
+        assert_eq!(response.json()["error"]["code"], "body_timeout", "{path}");
+        assert!(elapsed < Duration::from_secs(6), "{path}: {elapsed:?}");
+    }
+}

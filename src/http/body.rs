@@ -1,0 +1,158 @@
+//! Step 1, accept: request bodies read within their limits.
+//!
+//! A body is bounded three ways: its size (`max_body_bytes`, a 413), its
+//! silences (`server.body_read_timeout`, a layer in `app.rs`), and its
+//! whole duration (`server.body_total_timeout`): a client that sends a
+//! byte a second is never silent long enough for the second bound, yet
+//! would hold its connection, and a chat body's lease of the memory
+//! budget, for as long as it likes. Each is a 4xx in the protocol's shape.
+
+use super::budget::{BodyBudget, Lease};
+use crate::error::{caused_by, ProxyError};
+use axum::body::Body;
+use bytes::{Bytes, BytesMut};
+use futures_util::Stream;
+use http_body_util::{BodyExt, Limited};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::time::{Instant, Sleep};
+
+/// What bounds one request's body.
+#[derive(Clone, Copy)]
+pub struct Bounds {
+    pub max_bytes: usize,
+    pub deadline: Instant,
+    pub total: Duration,
+}
+
+/// How long a client refused for the budget is asked to wait: leases are
+/// given back as answers start, within a second or so on a busy instance.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Reads a chat body whole within `bounds`, holding a lease of `budget`
+/// for its bytes: all of them up front when `declared`, else as they come.
+pub async fn read_chat_body(
+    body: Body,
+    declared: Option<usize>,
+    bounds: Bounds,
+    budget: &Arc<BodyBudget>,
+) -> Result<(Bytes, Lease), ProxyError> {
+    if declared.is_some_and(|length| length > bounds.max_bytes) {
+        return Err(ProxyError::BodyTooLarge {
+            limit: bounds.max_bytes,
+        });
+    }
+    let Some(mut lease) = budget.lease(declared.unwrap_or(0)) else {
+        return Err(overloaded());
+    };
+    let reading = collect(body, declared, bounds.max_bytes, &mut lease);
+    match tokio::time::timeout_at(bounds.deadline, reading).await {
+        Ok(Ok(bytes)) => Ok((bytes, lease)),
+        Ok(Err(error)) => Err(error),
+        Err(_) => Err(ProxyError::BodyDeadline {
+            limit: bounds.total,
+        }),
+    }
+}
+
+fn overloaded() -> ProxyError {
+    metrics::counter!("condenser_inflight_body_refused_total").increment(1);
+    ProxyError::Overloaded {
+        retry_after: RETRY_AFTER,
+    }
+}
+
+/// The body's bytes in one buffer, sized up front when its length is
+/// declared (its lease already covers it); an undeclared body's lease
+/// grows chunk by chunk.
+async fn collect(
+    body: Body,
+    declared: Option<usize>,
+    limit: usize,
+    lease: &mut Lease,
+) -> Result<Bytes, ProxyError> {
+    let mut body = Limited::new(body, limit);
+    let mut buffer = BytesMut::with_capacity(declared.unwrap_or(0));
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|error| read_error(error, limit))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if declared.is_none() && !lease.grow(data.len()) {
+            return Err(overloaded());
+        }
+        buffer.extend_from_slice(&data);
+    }
+    Ok(buffer.freeze())
+}
+
+fn read_error(error: Box<dyn std::error::Error + Send + Sync>, limit: usize) -> ProxyError {
+    if error.is::<http_body_util::LengthLimitError>() {
+        return ProxyError::BodyTooLarge { limit };
+    }
+    if caused_by::<tower_http::timeout::TimeoutError>(error.as_ref()) {
+        return ProxyError::BodyTimeout;
+    }
+    ProxyError::BodyRead(error.to_string())
+}
+
+/// A streamed body cut off at its deadline: past it, the stream ends in an
+/// error (the upstream request fails) and [`Expired`] says why.
+pub struct WithDeadline<S> {
+    inner: S,
+    sleep: Pin<Box<Sleep>>,
+    expired: Expired,
+}
+
+/// Set once a streamed body passed its deadline.
+#[derive(Clone, Default)]
+pub struct Expired(Arc<AtomicBool>);
+
+impl Expired {
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+impl<S> WithDeadline<S> {
+    pub fn new(inner: S, deadline: Instant) -> (Self, Expired) {
+        let expired = Expired::default();
+        let stream = Self {
+            inner,
+            sleep: Box::pin(tokio::time::sleep_until(deadline)),
+            expired: expired.clone(),
+        };
+        (stream, expired)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the request body passed its deadline (server.body_total_timeout)")]
+struct DeadlinePassed;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl<S, E> Stream for WithDeadline<S>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: Into<BoxError>,
+{
+    type Item = Result<Bytes, BoxError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.expired.is_set() {
+            return Poll::Ready(None);
+        }
+        if self.sleep.as_mut().poll(cx).is_ready() {
+            self.expired.0.store(true, Ordering::Release);
+            return Poll::Ready(Some(Err(Box::new(DeadlinePassed))));
+        }
+        Pin::new(&mut self.inner)
+            .poll_next(cx)
+            .map(|item| item.map(|chunk| chunk.map_err(Into::into)))
+    }
+}

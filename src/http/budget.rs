@@ -1,0 +1,182 @@
+//! Step 1, accept: the memory budget of chat bodies in flight.
+//!
+//! A chat body is read whole and then parsed, hashed and queued for the
+//! store, and at its peak a request holds about 40 bytes of memory per
+//! byte of body (README, "Memory"). Forty 30 MiB bodies at once would need
+//! 47 GiB. So the bytes of chat bodies being read and worked on share one
+//! budget, `server.max_inflight_body_bytes`: a body that would pass it is
+//! refused at once with a 503 and `Retry-After` (clients retry those),
+//! never read and never queued. A request holds its lease until its
+//! answer's head is ready: that is as long as the pipeline holds the body.
+//!
+//! A body with a `Content-Length` takes its whole lease before a byte is
+//! read. A chunked body declares nothing, so its lease grows as its bytes
+//! arrive and it is refused when the next chunk would pass the budget:
+//! reserving the largest allowed body for every chunked request would
+//! refuse small ones for nothing, and counting as it reads keeps the
+//! memory within the budget all the same.
+//!
+//! The budget's last eighth is kept for small bodies (up to that eighth):
+//! large ones stop short of it, so a few large uploads cannot keep a
+//! quick question out. Only as much is kept as still lets one largest body
+//! in alone.
+//!
+//! Passthrough routes stream their bodies and are not counted.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// The share of the budget kept for small bodies: one part in this many.
+const SMALL_SHARE: usize = 8;
+
+pub struct BodyBudget {
+    limit: usize,
+    /// Bytes only small bodies may use; a body is small while its lease is
+    /// no larger.
+    reserve: usize,
+    used: AtomicUsize,
+}
+
+/// Bytes of the budget held by one request; given back when dropped.
+pub struct Lease {
+    budget: Arc<BodyBudget>,
+    bytes: usize,
+}
+
+impl BodyBudget {
+    /// A budget of `limit` bytes in which one body of `max_body` fits alone.
+    pub fn new(limit: usize, max_body: usize) -> Arc<Self> {
+        let limit = limit.max(max_body);
+        describe();
+        metrics::gauge!("condenser_inflight_body_limit_bytes").set(limit as f64);
+        Arc::new(Self {
+            limit,
+            reserve: (limit / SMALL_SHARE).min(limit - max_body),
+            used: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// A lease of `bytes`, or `None` when they would pass the budget.
+    pub fn lease(self: &Arc<Self>, bytes: usize) -> Option<Lease> {
+        let mut lease = Lease {
+            budget: self.clone(),
+            bytes: 0,
+        };
+        lease.grow(bytes).then_some(lease)
+    }
+
+    /// Takes `more` bytes for a lease that holds `held`, unless the budget
+    /// (short of the reserve, for a large body) would be passed.
+    fn take(&self, held: usize, more: usize) -> bool {
+        let ceiling = if held + more > self.reserve {
+            self.limit - self.reserve
+        } else {
+            self.limit
+        };
+        let taken = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                let after = used.checked_add(more)?;
+                (after <= ceiling).then_some(after)
+            });
+        match taken {
+            Ok(before) => {
+                metrics::gauge!("condenser_inflight_body_bytes").set((before + more) as f64);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn give_back(&self, bytes: usize) {
+        let before = self.used.fetch_sub(bytes, Ordering::AcqRel);
+        metrics::gauge!("condenser_inflight_body_bytes").set((before - bytes) as f64);
+    }
+}
+
+impl Lease {
+    /// Takes `more` bytes for the same request; false when they do not fit.
+    pub fn grow(&mut self, more: usize) -> bool {
+        if more == 0 {
+            return true;
+        }
+        let taken = self.budget.take(self.bytes, more);
+        if taken {
+            self.bytes += more;
+        }
+        taken
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            self.budget.give_back(self.bytes);
+        }
+    }
+}
+
+/// HELP lines for the budget's metrics, beside the code that sets them.
+fn describe() {
+    metrics::describe_gauge!(
+        "condenser_inflight_body_bytes",
+        metrics::Unit::Bytes,
+        "Bytes of chat request bodies being read and worked on now."
+    );
+    metrics::describe_gauge!(
+        "condenser_inflight_body_limit_bytes",
+        metrics::Unit::Bytes,
+        "The budget of chat body bytes in flight (server.max_inflight_body_bytes)."
+    );
+    metrics::describe_counter!(
+        "condenser_inflight_body_refused_total",
+        "Chat requests refused with a 503 because their body would pass the budget."
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+
+    #[test]
+    fn leases_are_given_back_when_dropped() {
+        let budget = BodyBudget::new(4 * MIB, MIB);
+        let first = budget.lease(MIB).expect("fits");
+        let second = budget.lease(MIB).expect("fits");
+        assert_eq!(budget.used.load(Ordering::Acquire), 2 * MIB);
+        drop((first, second));
+        assert_eq!(budget.used.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn large_bodies_leave_the_reserve_to_small_ones() {
+        let budget = BodyBudget::new(8 * MIB, 2 * MIB);
+        // The reserve is 1 MiB: large bodies stop at 7 MiB.
+        let held: Vec<_> = (0..3).filter_map(|_| budget.lease(2 * MIB)).collect();
+        assert_eq!(held.len(), 3);
+        assert!(
+            budget.lease(2 * MIB).is_none(),
+            "8 MiB would eat the reserve"
+        );
+        let small: Vec<_> = (0..2).filter_map(|_| budget.lease(MIB)).collect();
+        assert_eq!(small.len(), 2, "small bodies use the reserve");
+        assert!(budget.lease(1).is_none(), "the budget is full");
+    }
+
+    #[test]
+    fn one_largest_body_always_fits_alone() {
+        let budget = BodyBudget::new(MIB, MIB);
+        let whole = budget.lease(MIB).expect("the largest body fits alone");
+        assert!(budget.lease(1).is_none());
+        drop(whole);
+        let mut growing = budget.lease(0).expect("an empty lease");
+        assert!(growing.grow(MIB));
+        assert!(!growing.grow(1), "no byte past the limit");
+    }
+}
