@@ -4,6 +4,10 @@
 //! a background loop on every instance, of which only the holder of the
 //! maintenance lease works at a time. It deletes in small batches, each
 //! conversation in its own transaction, so it never holds the database long.
+//! Both work per conversation (one session): an idle one goes while a
+//! sibling that shares its system prompt is active, taking only what the
+//! sibling does not reach; pruning removes dead ends within one
+//! conversation, never another's messages.
 
 use crate::config::StorageSettings;
 use crate::conversation::{ChainHash, TenantId};
@@ -77,8 +81,9 @@ pub async fn run_once(store: &Store, settings: &StorageSettings) -> Result<Swept
         let before = cutoff(retention);
         for _ in 0..MAX_BATCHES {
             let idle = store.idle_conversations(before, BATCH).await?;
-            for (tenant, root) in &idle {
-                swept.conversations += store.delete_conversation(tenant, root).await?.conversations;
+            for (tenant, conversation) in &idle {
+                let deleted = store.delete_conversation(tenant, conversation).await?;
+                swept.conversations += deleted.conversations;
             }
             if (idle.len() as i64) < BATCH {
                 break;
@@ -87,8 +92,10 @@ pub async fn run_once(store: &Store, settings: &StorageSettings) -> Result<Swept
     }
     if let Some(grace) = settings.prune_branches_after {
         let before = cutoff(grace);
-        for (tenant, root) in store.prune_candidates(before, BATCH).await? {
-            swept.pruned_messages += store.prune_conversation(&tenant, &root, before).await?;
+        for (tenant, conversation) in store.prune_candidates(before, BATCH).await? {
+            swept.pruned_messages += store
+                .prune_conversation(&tenant, &conversation, before)
+                .await?;
         }
     }
     if swept != Swept::default() {

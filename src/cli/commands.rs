@@ -36,11 +36,11 @@ pub async fn run(command: Command, settings: &Settings) -> anyhow::Result<()> {
                 anyhow::bail!("no conversation matches {id:?}");
             };
             let deleted = store
-                .delete_conversation(&detail.tenant, &detail.root)
+                .delete_conversation(&detail.tenant, &detail.conversation)
                 .await?;
             format!(
                 "deleted conversation {}: {}\n",
-                detail.root,
+                detail.conversation,
                 describe(&deleted)
             )
         }

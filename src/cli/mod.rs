@@ -67,14 +67,17 @@ pub enum ConversationsCommand {
         #[arg(long, default_value_t = 50)]
         limit: i64,
     },
-    /// One conversation's chain: positions, roles, sizes, branches, compactions.
+    /// One conversation: its messages by position, roles, sizes, branches,
+    /// compactions.
     Show {
-        /// A hash prefix of the conversation (or of any of its messages).
+        /// A prefix of the conversation's id, as `conversations list` prints it.
         id: String,
     },
-    /// Delete one conversation tree with its compactions and figures.
+    /// Delete one conversation with its compactions and figures: the
+    /// messages it shares with another conversation (a system prompt, an
+    /// identical opening) stay for that one.
     Delete {
-        /// A hash prefix of the conversation (or of any of its messages).
+        /// A prefix of the conversation's id, as `conversations list` prints it.
         id: String,
     },
 }

@@ -7,7 +7,7 @@
 use crate::conversation::ChainHash;
 use crate::format::{align, human_bytes, utc_time};
 use crate::store::{Compaction, ConversationDetail, ConversationSummary, MessageNode};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 /// The `conversations list` table.
@@ -27,13 +27,9 @@ pub fn render_list(rows: &[ConversationSummary]) -> String {
     ];
     let mut table = vec![header.map(str::to_owned).to_vec()];
     for row in rows {
-        let label = match (&row.label, row.label_count) {
-            (None, _) => "-".to_owned(),
-            (Some(label), 0 | 1) => label.clone(),
-            (Some(label), count) => format!("{label} (+{})", count - 1),
-        };
+        let label = row.label.clone().unwrap_or_else(|| "-".to_owned());
         table.push(vec![
-            row.root.short(),
+            row.conversation.short(),
             row.tenant.short(),
             row.messages.to_string(),
             row.branches.to_string(),
@@ -90,7 +86,12 @@ fn walk(detail: &ConversationDetail) -> Vec<(&MessageNode, Layout)> {
             children.entry(parent).or_default().push(message);
         }
     }
-    let roots = detail.messages.iter().filter(|m| m.hash == detail.root);
+    // The root, or the top of what is stored when a gap left none.
+    let stored: HashSet<ChainHash> = detail.messages.iter().map(|m| m.hash).collect();
+    let roots = detail
+        .messages
+        .iter()
+        .filter(|m| m.parent.is_none_or(|parent| !stored.contains(&parent)));
     let mut stack: Vec<(&MessageNode, Layout)> = roots.map(|m| (m, Layout::default())).collect();
     let mut ordered = Vec::with_capacity(detail.messages.len());
     while let Some((message, line)) = stack.pop() {
@@ -128,11 +129,6 @@ struct Layout {
 }
 
 fn detail_header(detail: &ConversationDetail) -> String {
-    let labels: BTreeSet<&str> = detail
-        .messages
-        .iter()
-        .filter_map(|m| m.label.as_deref())
-        .collect();
     let bytes: i64 = detail.messages.iter().map(|m| m.bytes).sum();
     let parents: HashSet<ChainHash> = detail.messages.iter().filter_map(|m| m.parent).collect();
     let leaves = detail
@@ -141,13 +137,13 @@ fn detail_header(detail: &ConversationDetail) -> String {
         .filter(|m| !parents.contains(&m.hash))
         .count();
     let mut out = format!(
-        "conversation {}  tenant {}\n",
-        detail.root.short(),
-        detail.tenant.short()
+        "conversation {}  tenant {}  root {}\n",
+        detail.conversation.short(),
+        detail.tenant.short(),
+        detail.root.short()
     );
-    if !labels.is_empty() {
-        let labels: Vec<&str> = labels.into_iter().collect();
-        out.push_str(&format!("labels: {}\n", labels.join(", ")));
+    if let Some(label) = &detail.label {
+        out.push_str(&format!("label: {label}\n"));
     }
     out.push_str(&format!(
         "messages {}  branches {}  size {}  compactions {}\n\n",

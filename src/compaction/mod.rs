@@ -15,11 +15,11 @@ use crate::conversation::{ChainHash, TenantId};
 use crate::overflow::OverflowSignal;
 use crate::protocol::{Adapter, ChatRequest};
 use crate::store::{Compaction, CompactionFailure, Storage, Trigger};
+use crate::telemetry::genai;
 use plan::Plan;
-use sizing::Layout;
-pub use sizing::{Sizing, Window, WindowBasis};
+pub use sizing::{exceeds, Layout, Numbers, Sizing, Window, WindowBasis};
 use std::time::{Duration, Instant};
-pub use summarize::{Summarizer, SummaryBudget, SummaryError, REASONING_TOKENS};
+pub use summarize::{longest_summary, Summarizer, SummaryBudget, SummaryError, REASONING_TOKENS};
 pub use trims::apply_trims;
 
 /// How often a waiting instance looks for the elected summarizer's result.
@@ -58,6 +58,14 @@ pub struct Job<'a> {
     /// Size of the upstream request that overflowed.
     pub sent_bytes: usize,
     pub trigger: Trigger,
+}
+
+/// The messages a compaction covers, made durable before it is stored: a
+/// stored compaction never stands for messages the store does not have
+/// (they could then be reached by neither deletion nor retention).
+pub trait Covered: Send {
+    /// Writes the messages if they are not yet; whether they are stored.
+    fn durable(&mut self) -> impl std::future::Future<Output = bool> + Send;
 }
 
 /// A cut that fits, with the sizes it was planned from, the summary's
@@ -104,8 +112,25 @@ pub async fn compact(
     lease_ttl: Duration,
     planned: Planned,
     job: &Job<'_>,
+    covered: &mut impl Covered,
 ) -> Result<Compaction, CompactionError> {
     let planned = &planned;
+    planned.trace(summarizer, job);
+    let result = elect_and_summarize(storage, summarizer, lease_ttl, planned, job, covered).await;
+    genai::summary_calls(summarizer.calls_made());
+    result
+}
+
+/// [`compact`], once planned: the lease, then the summary or the elected
+/// summarizer's.
+async fn elect_and_summarize(
+    storage: &Storage,
+    summarizer: &Summarizer<'_>,
+    lease_ttl: Duration,
+    planned: &Planned,
+    job: &Job<'_>,
+    covered: &mut impl Covered,
+) -> Result<Compaction, CompactionError> {
     let prefix = job.conversation.chain[planned.plan.cut];
     let holder = uuid::Uuid::new_v4().to_string();
     let lease = Lease {
@@ -115,14 +140,15 @@ pub async fn compact(
         holder: &holder,
         ttl: lease_ttl,
     };
-    // A live holder renews; waiting longer than its longest summary plus
-    // one expiry means something else is wrong.
-    let patience = summarizer.timeout + lease_ttl * 2;
-    let deadline = Instant::now() + patience;
+    let longest = longest_summary(summarizer.timeout, summarizer.budget.max_calls);
+    let patience = patience(longest, lease_ttl);
+    let waiting = Instant::now();
+    let deadline = waiting + patience;
     loop {
         let acquired = lease.acquire().await;
         if acquired != Some(false) {
-            let work = summarize_and_store(storage, summarizer, planned, job);
+            genai::lease_waited(waiting.elapsed());
+            let work = summarize_and_store(storage, summarizer, planned, job, covered);
             // Renewal never ends: the summary's result ends the race.
             let result = tokio::select! {
                 result = work => result,
@@ -135,13 +161,27 @@ pub async fn compact(
         }
         if let Some(done) = newer_compaction(storage, job).await {
             metrics::counter!("condenser_compactions_total", "trigger" => job.trigger.as_str(), "outcome" => "reused").increment(1);
+            genai::lease_waited(waiting.elapsed());
+            trace_done(&done, "reused");
             return Ok(done);
         }
         if Instant::now() > deadline {
+            genai::lease_waited(waiting.elapsed());
             return Err(CompactionError::WaitedTooLong(patience));
         }
         tokio::time::sleep(POLL_EVERY).await;
     }
+}
+
+/// How long a request waits for another summarizer of its prefix: all
+/// the holder may legitimately take ([`longest_summary`]: every call,
+/// retry and backoff it is allowed), plus two lease TTLs, one for a holder
+/// that died to lose its lease (a live one renews it), one for the
+/// holder's round trips to the store (the messages its compaction covers
+/// are written first, then the compaction). Waiting longer means
+/// something else is wrong.
+pub fn patience(longest_summary: Duration, lease_ttl: Duration) -> Duration {
+    longest_summary.saturating_add(lease_ttl.saturating_mul(2))
 }
 
 /// One summarizer's claim on one prefix.
@@ -207,9 +247,11 @@ async fn summarize_and_store(
     summarizer: &Summarizer<'_>,
     planned: &Planned,
     job: &Job<'_>,
+    covered: &mut impl Covered,
 ) -> Result<Compaction, CompactionError> {
     // Another instance may have finished while this one was being elected.
     if let Some(done) = newer_compaction(storage, job).await {
+        trace_done(&done, "reused");
         return Ok(done);
     }
     let started = Instant::now();
@@ -245,7 +287,13 @@ async fn summarize_and_store(
         duration_ms: started.elapsed().as_millis() as i64,
         created_at_ms: crate::store::now_ms(),
     };
-    store(storage, job, &compaction).await;
+    let stored = if covered.durable().await {
+        store(storage, job, &compaction).await
+    } else {
+        tracing::warn!("the compacted messages were not stored: the compaction is not either");
+        None
+    };
+    record(job, &compaction, stored);
     log_compaction(job, &compaction, calls);
     Ok(compaction)
 }
@@ -269,7 +317,7 @@ async fn write_summary(
     Ok((written.text, written.calls))
 }
 
-async fn store(storage: &Storage, job: &Job<'_>, compaction: &Compaction) {
+async fn store(storage: &Storage, job: &Job<'_>, compaction: &Compaction) -> Option<bool> {
     let tenant = &job.conversation.tenant;
     let stored = storage
         .run("insert_compaction", |s| async move {
@@ -279,11 +327,16 @@ async fn store(storage: &Storage, job: &Job<'_>, compaction: &Compaction) {
     if stored == Some(true) {
         storage.memory().remember_compaction(tenant, compaction);
     }
+    stored
+}
+
+fn record(job: &Job<'_>, compaction: &Compaction, stored: Option<bool>) {
     let outcome = match stored {
         Some(true) => "stored",
         Some(false) => "duplicate",
         None => "unstored",
     };
+    trace_done(compaction, outcome);
     metrics::counter!("condenser_compactions_total", "trigger" => job.trigger.as_str(), "outcome" => outcome).increment(1);
     metrics::histogram!("condenser_summary_seconds").record(compaction.duration_ms as f64 / 1000.0);
     metrics::histogram!("condenser_compaction_tokens", "stage" => "before")
@@ -292,9 +345,33 @@ async fn store(storage: &Storage, job: &Job<'_>, compaction: &Compaction) {
         .record(compaction.tokens_after as f64);
 }
 
+/// A compaction's figures on its span (the current one).
+fn trace_done(compaction: &Compaction, outcome: &'static str) {
+    genai::compaction_done(&genai::Done {
+        outcome,
+        tokens_after: compaction.tokens_after,
+        summary_tokens: compaction.summary_tokens,
+        trims: compaction.trims.len(),
+    });
+}
+
+impl Planned {
+    /// The plan on the compaction's span (the current one).
+    fn trace(&self, summarizer: &Summarizer<'_>, job: &Job<'_>) {
+        let messages = job.request.messages().len();
+        genai::compaction_planned(&genai::Planned {
+            summary_model: summarizer.model,
+            messages: self.plan.cut.saturating_sub(self.layout.compacted) as u64,
+            kept: messages.saturating_sub(self.plan.cut) as u64,
+            tokens_before: self.layout.tokens_before,
+        });
+    }
+}
+
 fn log_compaction(job: &Job<'_>, compaction: &Compaction, summary_calls: usize) {
     tracing::info!(
-        conversation = job.conversation.label.as_deref().unwrap_or(""),
+        conversation = %job.conversation.id,
+        label = job.conversation.label.as_deref().unwrap_or(""),
         root = %job.conversation.chain[0],
         trigger = job.trigger.as_str(),
         overflow.signature = %job.signal.signature,
@@ -309,4 +386,34 @@ fn log_compaction(job: &Job<'_>, compaction: &Compaction, summary_calls: usize) 
         duration_ms = compaction.duration_ms,
         "conversation compacted"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The defaults: 300 s a call, four calls. The holder may make 4
+    /// chunk calls, 2 that overflowed and 2 that failed in passing, each
+    /// asked up to three times (the other output field, more room to
+    /// reason): 24 answers of up to 300 s, 1.5 s of backoff, then two
+    /// 15 s lease TTLs.
+    #[test]
+    fn waiters_wait_out_everything_the_holder_may_take() {
+        let longest = longest_summary(Duration::from_secs(300), 4);
+        assert_eq!(longest, Duration::from_millis(24 * 300_000 + 1_500));
+        let waited = patience(longest, Duration::from_secs(15));
+        assert_eq!(waited, Duration::from_millis(7_201_500 + 30_000));
+        // The old bound covered one call.
+        assert!(waited > Duration::from_secs(300 + 30) * 20);
+        assert_eq!(
+            longest_summary(Duration::from_secs(10), 1),
+            Duration::from_millis(15 * 10_000 + 1_500),
+            "one chunk: 5 calls of 3 answers"
+        );
+        assert_eq!(
+            patience(longest_summary(Duration::MAX, usize::MAX), Duration::MAX),
+            Duration::MAX,
+            "saturates"
+        );
+    }
 }

@@ -43,6 +43,10 @@ impl ChainHash {
         hex::encode(self.0)
     }
 
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
     /// The first characters of the hex form: enough to pass back to
     /// `conversations show`, short enough to read.
     pub fn short(&self) -> String {

@@ -2,13 +2,14 @@
 //!
 //! Who is calling and which conversation this is (ARCHITECTURE.md step 2).
 
-use crate::conversation::{ChainHash, ChainMemo, Conversation, TenantId};
+use crate::conversation::{ChainHash, ChainMemo, Conversation, ConversationId, TenantId};
 use crate::protocol::{Adapter, ChatRequest, Outline};
 use http::HeaderMap;
 
-/// Headers that name a conversation for people, first found wins: the
-/// explicit one, then the session ids clients already send (Claude Code,
-/// opencode, Codex; see reference/clients.md).
+/// Headers that name a session, first found wins: the explicit one, then
+/// the session ids clients already send (Claude Code, opencode, Codex; see
+/// reference/clients.md). The session is the conversation; its value, cut
+/// short, is its label for people.
 const LABEL_HEADERS: [&str; 4] = [
     "x-conversation-id",
     "x-claude-code-session-id",
@@ -43,12 +44,19 @@ pub fn conversation(
             (request, chain)
         }
     };
-    let label = LABEL_HEADERS
-        .iter()
-        .find_map(|name| headers.get(*name)?.to_str().ok())
-        .map(|value| value.chars().take(200).collect());
+    // An empty header names no session: a later header may.
+    let session = LABEL_HEADERS.iter().find_map(|name| {
+        let value = headers.get(*name)?.to_str().ok()?;
+        (!value.trim().is_empty()).then_some(value)
+    });
+    let id = match session {
+        Some(session) => ConversationId::session(&tenant, session.as_bytes()),
+        None => ConversationId::first_turn(&chain),
+    };
+    let label = session.map(|value| value.chars().take(200).collect());
     let conversation = Conversation {
         tenant,
+        id,
         chain,
         label,
     };
@@ -106,9 +114,10 @@ fn memoized_chain(
     Some(chain)
 }
 
-/// The caller's credential as sent; hashed at once, never kept.
+/// The caller's credential as sent; hashed at once, never kept. Google's
+/// `?key=` arrives here as the `x-goog-api-key` it stands for.
 fn credential(headers: &HeaderMap) -> Option<&[u8]> {
-    ["authorization", "x-api-key", "api-key"]
+    ["authorization", "x-api-key", "api-key", "x-goog-api-key"]
         .iter()
         .find_map(|name| headers.get(*name))
         .map(|value| value.as_bytes())
@@ -148,6 +157,70 @@ mod tests {
         );
         assert_eq!(long.chain[..2], short.chain[..]);
         assert_eq!(long.chain.len(), 3);
+    }
+
+    fn with_headers(pairs: &[(&str, &str)], body: &str) -> Conversation {
+        let adapter = Protocol::Openai.adapter();
+        let mut headers = HeaderMap::new();
+        headers.insert("authorization", "Bearer k".parse().expect("header"));
+        for (name, value) in pairs {
+            let name = http::HeaderName::from_bytes(name.as_bytes()).expect("name");
+            headers.insert(name, value.parse().expect("header"));
+        }
+        let outline = outline(adapter, body.to_string());
+        super::conversation(adapter, b"", &headers, outline, None)
+            .expect("parses")
+            .1
+    }
+
+    /// Two chats under one system prompt are two conversations; one
+    /// session is one conversation whatever its messages, and another
+    /// session another, even with identical messages.
+    #[test]
+    fn a_conversation_is_a_session_or_its_first_turn() {
+        let hello = r#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"hello"}]}"#;
+        let later = r#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"hello"},{"role":"assistant","content":"hi"},{"role":"user","content":"more"}]}"#;
+        let other = r#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"bonjour"}]}"#;
+        let (a, a_later, b) = (
+            with_headers(&[], hello),
+            with_headers(&[], later),
+            with_headers(&[], other),
+        );
+        assert_eq!(a.chain[0], b.chain[0], "one root");
+        assert_ne!(a.id, b.id);
+        assert_eq!(a.id, a_later.id);
+        let session = |id: &str, body| with_headers(&[("x-claude-code-session-id", id)], body);
+        assert_eq!(session("one", hello).id, session("one", other).id);
+        assert_ne!(session("one", hello).id, session("two", hello).id);
+        assert_ne!(session("one", hello).id, a.id);
+        let labelled = with_headers(
+            &[("x-conversation-id", "chat-7"), ("session-id", "x")],
+            hello,
+        );
+        assert_eq!(labelled.label.as_deref(), Some("chat-7"));
+        assert_eq!(
+            labelled.id,
+            with_headers(&[("x-conversation-id", "chat-7")], other).id
+        );
+    }
+
+    /// A client that sends an empty `x-conversation-id` beside its own
+    /// session header is still that session.
+    #[test]
+    fn an_empty_session_header_gives_way_to_a_later_one() {
+        let body = r#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#;
+        let sent = with_headers(
+            &[
+                ("x-conversation-id", ""),
+                ("x-claude-code-session-id", "s-1"),
+            ],
+            body,
+        );
+        let alone = with_headers(&[("x-claude-code-session-id", "s-1")], body);
+        assert_eq!(sent.id, alone.id);
+        assert_eq!(sent.label.as_deref(), Some("s-1"));
+        let blank = with_headers(&[("x-conversation-id", " ")], body);
+        assert_eq!(blank.id, ConversationId::first_turn(&blank.chain));
     }
 
     #[test]

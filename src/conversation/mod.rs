@@ -4,11 +4,13 @@
 pub mod chain;
 pub mod identify;
 pub mod memo;
+pub mod session;
 pub mod tenant;
 pub mod trim;
 
 pub use chain::ChainHash;
 pub use memo::ChainMemo;
+pub use session::ConversationId;
 pub use tenant::TenantId;
 pub use trim::TrimRecord;
 
@@ -16,11 +18,14 @@ pub use trim::TrimRecord;
 #[derive(Debug, Clone)]
 pub struct Conversation {
     pub tenant: TenantId,
+    /// The session this request belongs to (see [`session`]): what is
+    /// listed, kept and deleted as one.
+    pub id: ConversationId,
     /// `h_0` (the system part) then one hash per message: `chain[i]` ends
     /// with message `i` (1-based), so `chain.len() == messages + 1`.
     pub chain: Vec<ChainHash>,
-    /// `x-conversation-id` or a client's session header: a label for
-    /// people, never an identity.
+    /// `x-conversation-id` or a client's session header, for people: the
+    /// session it names is `id`, the chain stays content-addressed.
     pub label: Option<String>,
 }
 

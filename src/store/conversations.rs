@@ -2,16 +2,18 @@
 //!
 //! Read-only views for the operator CLI (`condenser conversations list/show`).
 //!
-//! A conversation is the tree under one root (position 0, the system prompt):
-//! every branch a client took from it. Messages only link to their parent, so
-//! the views walk the tree with recursive CTEs, which both backends run. They
-//! scan across tenants on purpose: the operator sees everything, but tenants
+//! A conversation is one session (`conversation::session`): every message
+//! its heads reach (`store::heads`), its branches being its rewinds and
+//! edits. Messages only link to their parent, so the views walk up from
+//! the heads with recursive CTEs, which both backends run. They scan
+//! across tenants on purpose: the operator sees everything, but tenants
 //! stay opaque digests.
 
 use super::compactions::COMPACTION_COLUMNS;
-use super::rows::{hash_column, optional_hash_column};
+use super::heads::MINE;
+use super::rows::{conversation_column, hash_column, optional_hash_column};
 use super::{Compaction, Result, Store, StoreError};
-use crate::conversation::{ChainHash, TenantId};
+use crate::conversation::{ChainHash, ConversationId, TenantId};
 use sqlx::any::AnyRow;
 use sqlx::{FromRow, Row};
 
@@ -19,30 +21,32 @@ use sqlx::{FromRow, Row};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConversationSummary {
     pub tenant: TenantId,
+    pub conversation: ConversationId,
+    /// Its system prompt's link, shared with its siblings.
     pub root: ChainHash,
-    /// Messages under the root, the root itself not counted.
+    pub label: Option<String>,
+    /// Messages it reaches, the root not counted.
     pub messages: i64,
-    /// Leaves of the tree: 1 for a conversation never edited or regenerated.
+    /// Its leaves: 1 for a conversation never rewound, edited or
+    /// regenerated.
     pub branches: i64,
-    /// Sum of the stored message bodies, root included.
+    /// Sum of the stored message bodies it reaches, root included.
     pub bytes: i64,
+    pub compactions: i64,
     pub created_at_ms: i64,
     pub last_activity_ms: i64,
-    /// The smallest label seen in the tree, if any, and how many distinct
-    /// labels there are (aggregating the labels themselves is dialect-specific).
-    pub label: Option<String>,
-    pub label_count: i64,
-    pub compactions: i64,
 }
 
-/// A conversation tree for `conversations show`.
+/// A conversation for `conversations show`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConversationDetail {
     pub tenant: TenantId,
+    pub conversation: ConversationId,
     pub root: ChainHash,
-    /// Every message of the tree, ordered by position then creation time.
+    pub label: Option<String>,
+    /// Every message it reaches, ordered by position then creation time.
     pub messages: Vec<MessageNode>,
-    /// Compactions of any prefix in the tree, by prefix length.
+    /// Compactions of any prefix it reaches, by prefix length.
     pub compactions: Vec<Compaction>,
 }
 
@@ -59,65 +63,37 @@ pub struct MessageNode {
     pub created_at_ms: i64,
 }
 
-/// The tree under root `$2` of tenant `$1`, as `tree(hash)`.
-macro_rules! tree_cte {
-    () => {
-        "with recursive tree(hash) as ( \
-           select hash from messages where tenant = $1 and hash = $2 \
-           union all \
-           select m.hash from messages m join tree t on m.tenant = $1 and m.parent = t.hash) "
-    };
+const LIST_SQL: &str = "select tenant, conversation, root, label, last_activity, created_at \
+     from conversations order by last_activity desc, conversation limit $1";
+
+/// What conversation `$2` of tenant `$1` reaches, in figures.
+fn figures_sql() -> String {
+    format!(
+        "{MINE} select \
+         coalesce(sum(case when m.position > 0 then 1 else 0 end), 0) as messages, \
+         coalesce(sum(case when exists (select 1 from messages c join mine x \
+             on c.tenant = $1 and c.hash = x.hash where c.parent = m.hash) \
+             then 0 else 1 end), 0) as branches, \
+         cast(coalesce(sum(m.bytes), 0) as bigint) as bytes, \
+         (select count(*) from compactions k join mine x \
+             on k.tenant = $1 and k.prefix_hash = x.hash) as compactions \
+         from messages m join mine u on m.tenant = $1 and m.hash = u.hash"
+    )
 }
 
-const LIST_SQL: &str = "\
-with recursive tree(tenant, root, hash) as (
-    select tenant, hash, hash from messages where position = 0
-    union all
-    select m.tenant, t.root, m.hash
-    from messages m join tree t on m.tenant = t.tenant and m.parent = t.hash)
-select t.tenant, t.root, count(*) - 1 as messages,
-    sum(case when exists (select 1 from messages c where c.tenant = t.tenant and c.parent = t.hash)
-        then 0 else 1 end) as branches,
-    cast(sum(m.bytes) as bigint) as bytes,
-    min(m.created_at) as created_at, max(m.created_at) as last_activity,
-    min(m.label) as label, count(distinct m.label) as label_count,
-    (select count(*)
-        from compactions k join tree kt on k.tenant = kt.tenant and k.prefix_hash = kt.hash
-        where kt.tenant = t.tenant and kt.root = t.root) as compactions
-from tree t join messages m on m.tenant = t.tenant and m.hash = t.hash
-group by t.tenant, t.root
-order by last_activity desc, t.root
-limit $1";
+fn tree_sql() -> String {
+    format!(
+        "{MINE} select m.hash, m.parent, m.position, m.role, m.bytes, m.token_estimate, \
+         m.label, m.created_at from messages m join mine u on m.tenant = $1 and m.hash = u.hash \
+         order by m.position, m.created_at, m.hash"
+    )
+}
 
-const ROOT_SQL: &str = "\
-with recursive up(hash, parent) as (
-    select hash, parent from messages where tenant = $1 and hash = $2
-    union all
-    select m.hash, m.parent from messages m join up u on m.tenant = $1 and m.hash = u.parent)
-select hash from up where parent is null";
-
-const TREE_SQL: &str = concat!(
-    tree_cte!(),
-    "select m.hash, m.parent, m.position, m.role, m.bytes, m.token_estimate, m.label, m.created_at \
-     from tree t join messages m on m.tenant = $1 and m.hash = t.hash \
-     order by m.position, m.created_at, m.hash"
-);
-
-impl<'r> FromRow<'r, AnyRow> for ConversationSummary {
-    fn from_row(row: &'r AnyRow) -> Result<Self, sqlx::Error> {
-        Ok(Self {
-            tenant: TenantId::from_stored(row.try_get("tenant")?),
-            root: hash_column(row, "root")?,
-            messages: row.try_get("messages")?,
-            branches: row.try_get("branches")?,
-            bytes: row.try_get("bytes")?,
-            created_at_ms: row.try_get("created_at")?,
-            last_activity_ms: row.try_get("last_activity")?,
-            label: row.try_get("label")?,
-            label_count: row.try_get("label_count")?,
-            compactions: row.try_get("compactions")?,
-        })
-    }
+fn compactions_sql() -> String {
+    format!(
+        "{MINE} select {COMPACTION_COLUMNS} from compactions k join mine u \
+         on k.tenant = $1 and k.prefix_hash = u.hash order by k.prefix_len, k.created_at"
+    )
 }
 
 impl<'r> FromRow<'r, AnyRow> for MessageNode {
@@ -136,57 +112,84 @@ impl<'r> FromRow<'r, AnyRow> for MessageNode {
 }
 
 impl Store {
-    /// Conversation roots with their sizes, most recently active first.
+    /// The most recently active conversations, with what each reaches.
     pub async fn list_conversations(&self, limit: i64) -> Result<Vec<ConversationSummary>> {
-        let rows = sqlx::query_as(LIST_SQL)
+        let rows = sqlx::query(LIST_SQL)
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
-        Ok(rows)
+        let figures = figures_sql();
+        let mut listed = Vec::with_capacity(rows.len());
+        for row in rows {
+            let tenant = TenantId::from_stored(row.try_get("tenant")?);
+            let conversation = conversation_column(&row, "conversation")?;
+            let counted = sqlx::query(&figures)
+                .bind(tenant.as_str())
+                .bind(conversation.to_hex())
+                .fetch_one(&self.pool)
+                .await?;
+            listed.push(ConversationSummary {
+                root: hash_column(&row, "root")?,
+                label: row.try_get("label")?,
+                messages: counted.try_get("messages")?,
+                branches: counted.try_get("branches")?,
+                bytes: counted.try_get("bytes")?,
+                compactions: counted.try_get("compactions")?,
+                created_at_ms: row.try_get("created_at")?,
+                last_activity_ms: row.try_get("last_activity")?,
+                tenant,
+                conversation,
+            });
+        }
+        Ok(listed)
     }
 
-    /// The conversation containing the message whose hash starts with
-    /// `id_prefix` (at least 6 hex characters): usually a root, but any
-    /// message of the tree leads to its root.
+    /// The conversation whose id starts with `id_prefix` (at least 6 hex
+    /// characters), as `conversations list` prints it.
     pub async fn conversation(&self, id_prefix: &str) -> Result<Option<ConversationDetail>> {
-        let Some((tenant, hash)) = self.find_message(id_prefix).await? else {
+        let Some((tenant, conversation)) = self.find_conversation(id_prefix).await? else {
             return Ok(None);
         };
-        let root_row = sqlx::query(ROOT_SQL)
-            .bind(tenant.as_str())
-            .bind(hash.to_hex())
-            .fetch_optional(&self.pool)
-            .await?;
-        // A missing ancestor (never stored) leaves the tree rootless: show
-        // from the highest message that is stored instead.
-        let root = match root_row {
-            Some(row) => hash_column(&row, "hash")?,
-            None => hash,
-        };
-        Ok(Some(self.conversation_tree(tenant, root).await?))
+        Ok(Some(self.conversation_tree(tenant, conversation).await?))
     }
 
-    /// The tree under `root` of `tenant`, with its compactions.
+    /// Every message `conversation` of `tenant` reaches, with its
+    /// compactions.
     pub async fn conversation_tree(
         &self,
         tenant: TenantId,
-        root: ChainHash,
+        conversation: ConversationId,
     ) -> Result<ConversationDetail> {
-        let messages = sqlx::query_as(TREE_SQL)
+        let messages: Vec<MessageNode> = sqlx::query_as(&tree_sql())
             .bind(tenant.as_str())
-            .bind(root.to_hex())
+            .bind(conversation.to_hex())
             .fetch_all(&self.pool)
             .await?;
-        let compactions = self.tree_compactions(&tenant, &root).await?;
+        let compactions = sqlx::query_as(&compactions_sql())
+            .bind(tenant.as_str())
+            .bind(conversation.to_hex())
+            .fetch_all(&self.pool)
+            .await?;
+        let row = self.conversation_row(&tenant, &conversation).await?;
+        let stored_root = messages.iter().find(|m| m.parent.is_none()).map(|m| m.hash);
+        let root = stored_root
+            .or(row.as_ref().map(|row| row.root))
+            .unwrap_or(ChainHash::ZERO);
         Ok(ConversationDetail {
             tenant,
+            conversation,
             root,
+            label: row.and_then(|row| row.label),
             messages,
             compactions,
         })
     }
 
-    async fn find_message(&self, id_prefix: &str) -> Result<Option<(TenantId, ChainHash)>> {
+    /// The one conversation whose id starts with `id_prefix`.
+    pub async fn find_conversation(
+        &self,
+        id_prefix: &str,
+    ) -> Result<Option<(TenantId, ConversationId)>> {
         let prefix = id_prefix.trim().to_ascii_lowercase();
         if prefix.len() < 6 || prefix.len() > 64 || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(StoreError::InvalidId(id_prefix.to_owned()));
@@ -194,7 +197,8 @@ impl Store {
         // Hex digits only, so the pattern holds no LIKE wildcards but the one
         // appended here.
         let rows = sqlx::query(
-            "select tenant, hash from messages where hash like $1 order by hash limit 2",
+            "select tenant, conversation from conversations where conversation like $1 \
+             order by conversation limit 2",
         )
         .bind(format!("{prefix}%"))
         .fetch_all(&self.pool)
@@ -203,30 +207,9 @@ impl Store {
             [] => Ok(None),
             [row] => Ok(Some((
                 TenantId::from_stored(row.try_get("tenant")?),
-                hash_column(row, "hash")?,
+                conversation_column(row, "conversation")?,
             ))),
             _ => Err(StoreError::AmbiguousId(id_prefix.to_owned())),
         }
-    }
-
-    async fn tree_compactions(
-        &self,
-        tenant: &TenantId,
-        root: &ChainHash,
-    ) -> Result<Vec<Compaction>> {
-        let mut builder = sqlx::QueryBuilder::<sqlx::Any>::new(tree_cte!());
-        builder.push("select ");
-        builder.push(COMPACTION_COLUMNS);
-        builder.push(
-            " from compactions k join tree t on k.tenant = $1 and k.prefix_hash = t.hash \
-             order by k.prefix_len, k.created_at",
-        );
-        let rows = builder
-            .build_query_as()
-            .bind(tenant.as_str())
-            .bind(root.to_hex())
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(rows)
     }
 }

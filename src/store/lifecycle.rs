@@ -3,43 +3,22 @@
 //! Deleting what the operator no longer wants kept: idle conversations
 //! (retention), one conversation, one tenant, and dead-end branches.
 //!
-//! A conversation goes as a whole, in one transaction: its compactions and
-//! leases first (they name messages of the tree), then its messages, its
-//! request rows and its list row.
+//! A conversation goes in one transaction, and takes only what no other
+//! conversation still reaches (`store::heads`): messages two sessions share
+//! (their system prompt, an identical opening) stay for the one that is
+//! kept, with the compactions of those prefixes. Its own compactions and
+//! leases go first (they name its messages), then its messages, its heads,
+//! its request rows and its list row.
 
-use super::prune::dead_ends;
-use super::rows::{hash_column, now_ms, optional_hash_column, push_placeholders, HASH_CHUNK};
+use super::heads::{MINE, SHARED};
+use super::json_rows::{hash_rows, rows_source, BatchStatement, HASH_COLUMN};
+use super::prune::{dead_ends, leaves, newest_heads, Link};
+use super::rows::{
+    conversation_column, hash_column, lock_tenant, now_ms, optional_hash_column, TenantLock,
+};
 use super::{Backend, Result, Store};
-use crate::conversation::{ChainHash, TenantId};
-use sqlx::{Any, QueryBuilder, Row};
-
-/// The hashes of the tree under root `$2` of tenant `$1`, as a subquery.
-macro_rules! tree_hashes {
-    () => {
-        "(with recursive tree(hash) as ( \
-           select hash from messages where tenant = $1 and hash = $2 \
-           union all \
-           select m.hash from messages m join tree t on m.tenant = $1 and m.parent = t.hash) \
-         select hash from tree)"
-    };
-}
-
-const DELETE_TREE: &[&str] = &[
-    concat!(
-        "delete from compactions where tenant = $1 and prefix_hash in ",
-        tree_hashes!()
-    ),
-    concat!(
-        "delete from leases where tenant = $1 and key_hash in ",
-        tree_hashes!()
-    ),
-    concat!(
-        "delete from messages where tenant = $1 and hash in ",
-        tree_hashes!()
-    ),
-    "delete from requests where tenant = $1 and root = $2",
-    "delete from conversations where tenant = $1 and root = $2",
-];
+use crate::conversation::{ChainHash, ConversationId, TenantId};
+use sqlx::{AnyConnection, Row};
 
 const DELETE_TENANT: &[&str] = &[
     "delete from compactions where tenant = $1",
@@ -47,9 +26,10 @@ const DELETE_TENANT: &[&str] = &[
     "delete from messages where tenant = $1",
     "delete from requests where tenant = $1",
     "delete from conversations where tenant = $1",
+    "delete from conversation_heads where tenant = $1",
 ];
 
-/// Rows removed, by table, in [`DELETE_TREE`] / [`DELETE_TENANT`] order.
+/// Rows removed, by table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Deleted {
     pub compactions: u64,
@@ -72,10 +52,59 @@ impl Deleted {
     }
 }
 
-const IDLE_SQL: &str = "select tenant, root from conversations where last_activity < $1 \
+/// Hashes deleted per statement: bounded statements for a long history.
+const DELETE_CHUNK: usize = 2_000;
+
+/// Deletes tenant `$1`'s rows of `table` whose `column` is among the
+/// hashes bound as `$2`.
+macro_rules! delete_hashes {
+    ($table:literal, $column:literal) => {
+        BatchStatement::new(|backend| {
+            format!(
+                concat!(
+                    "delete from ",
+                    $table,
+                    " where tenant = $1 and ",
+                    $column,
+                    " in (select r.hash from {})"
+                ),
+                rows_source(backend, 2, &HASH_COLUMN)
+            )
+        })
+    };
+}
+
+static DELETE_COMPACTIONS: BatchStatement = delete_hashes!("compactions", "prefix_hash");
+static DELETE_LEASES: BatchStatement = delete_hashes!("leases", "key_hash");
+static DELETE_MESSAGES: BatchStatement = delete_hashes!("messages", "hash");
+static DELETE_HEADS: BatchStatement = delete_hashes!("conversation_heads", "head");
+
+/// What conversation `$2` of tenant `$1` is the only one to reach.
+fn sole_sql() -> String {
+    format!("{MINE}{SHARED} select hash from mine where hash not in (select hash from shared)")
+}
+
+/// Every message conversation `$2` of tenant `$1` reaches, and whether
+/// another conversation reaches it too.
+fn links_sql() -> String {
+    format!(
+        "{MINE}{SHARED} select m.hash, m.parent, m.created_at, \
+         case when m.hash in (select hash from shared) then 1 else 0 end as shared \
+         from messages m join mine u on m.tenant = $1 and m.hash = u.hash"
+    )
+}
+
+fn compaction_prefixes_sql() -> String {
+    format!(
+        "{MINE} select k.prefix_hash from compactions k join mine u \
+         on k.tenant = $1 and k.prefix_hash = u.hash"
+    )
+}
+
+const IDLE_SQL: &str = "select tenant, conversation from conversations where last_activity < $1 \
      order by last_activity limit $2";
 
-const UNPRUNED_SQL: &str = "select tenant, root from conversations \
+const UNPRUNED_SQL: &str = "select tenant, conversation from conversations \
      where branches > 1 and coalesce(pruned_at, 0) < $1 order by last_activity limit $2";
 
 impl Store {
@@ -90,24 +119,56 @@ impl Store {
         })
     }
 
-    /// Deletes one conversation tree with everything that names it.
+    /// Deletes one conversation: what it alone reaches, and everything
+    /// that names it.
     pub async fn delete_conversation(
         &self,
         tenant: &TenantId,
-        root: &ChainHash,
+        conversation: &ConversationId,
     ) -> Result<Deleted> {
         let mut tx = self.begin_write().await?;
-        let mut counts = Vec::with_capacity(DELETE_TREE.len());
-        for sql in DELETE_TREE {
+        // Before choosing what no other conversation reaches: no write may
+        // extend it between the choice and the deletion.
+        lock_tenant(
+            &mut tx,
+            self.backend,
+            tenant.as_str(),
+            TenantLock::Exclusive,
+        )
+        .await?;
+        let sole: Vec<ChainHash> = sqlx::query(&sole_sql())
+            .bind(tenant.as_str())
+            .bind(conversation.to_hex())
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(|row| hash_column(row, "hash"))
+            .collect::<Result<_, _>>()?;
+        let mut deleted = Deleted::default();
+        for chunk in sole.chunks(DELETE_CHUNK) {
+            let by_hash = [&DELETE_COMPACTIONS, &DELETE_LEASES, &DELETE_MESSAGES];
+            let counts = delete_by_hash(&mut tx, self.backend, tenant, &by_hash, chunk).await?;
+            deleted.compactions += counts[0];
+            deleted.leases += counts[1];
+            deleted.messages += counts[2];
+        }
+        let mut counts = Vec::new();
+        for sql in [
+            "delete from conversation_heads where tenant = $1 and conversation = $2",
+            "delete from requests where tenant = $1 and conversation = $2",
+            "delete from conversations where tenant = $1 and conversation = $2",
+        ] {
             let done = sqlx::query(sql)
                 .bind(tenant.as_str())
-                .bind(root.to_hex())
+                .bind(conversation.to_hex())
                 .execute(&mut *tx)
                 .await?;
             counts.push(done.rows_affected());
         }
         tx.commit().await?;
-        Ok(Deleted::from_counts(&counts))
+        deleted.requests = counts[1];
+        deleted.conversations = counts[2];
+        Ok(deleted)
     }
 
     /// How many message and compaction rows were ever deleted (SQLite, by
@@ -122,6 +183,13 @@ impl Store {
     /// Deletes every row stored under `tenant`'s digest.
     pub async fn delete_tenant(&self, tenant: &TenantId) -> Result<Deleted> {
         let mut tx = self.begin_write().await?;
+        lock_tenant(
+            &mut tx,
+            self.backend,
+            tenant.as_str(),
+            TenantLock::Exclusive,
+        )
+        .await?;
         let mut counts = Vec::with_capacity(DELETE_TENANT.len());
         for sql in DELETE_TENANT {
             let done = sqlx::query(sql)
@@ -140,7 +208,7 @@ impl Store {
         &self,
         before_ms: i64,
         limit: i64,
-    ) -> Result<Vec<(TenantId, ChainHash)>> {
+    ) -> Result<Vec<(TenantId, ConversationId)>> {
         self.conversations_by(IDLE_SQL, before_ms, limit).await
     }
 
@@ -149,7 +217,7 @@ impl Store {
         &self,
         before_ms: i64,
         limit: i64,
-    ) -> Result<Vec<(TenantId, ChainHash)>> {
+    ) -> Result<Vec<(TenantId, ConversationId)>> {
         self.conversations_by(UNPRUNED_SQL, before_ms, limit).await
     }
 
@@ -158,7 +226,7 @@ impl Store {
         sql: &'static str,
         before_ms: i64,
         limit: i64,
-    ) -> Result<Vec<(TenantId, ChainHash)>> {
+    ) -> Result<Vec<(TenantId, ConversationId)>> {
         let rows = sqlx::query(sql)
             .bind(before_ms)
             .bind(limit)
@@ -168,104 +236,152 @@ impl Store {
             .map(|row| {
                 Ok((
                     TenantId::from_stored(row.try_get("tenant")?),
-                    hash_column(row, "root")?,
+                    conversation_column(row, "conversation")?,
                 ))
             })
             .collect()
     }
 
     /// Deletes the dead-end branches of one conversation whose messages are
-    /// all older than `before_ms` (see [`dead_ends`]); returns how many
-    /// messages went. Marks the conversation pruned either way.
+    /// all older than `before_ms` (see [`dead_ends`]), never a message
+    /// another conversation reaches; returns how many messages went. Marks
+    /// the conversation pruned either way.
     pub async fn prune_conversation(
         &self,
         tenant: &TenantId,
-        root: &ChainHash,
+        conversation: &ConversationId,
         before_ms: i64,
     ) -> Result<u64> {
-        let nodes = self.tree_links(tenant, root).await?;
-        let mut keep: Vec<ChainHash> = self.tree_compactions_prefixes(tenant, root).await?;
-        if let Some(head) = self.conversation_head(tenant, root).await? {
-            keep.push(head);
-        }
+        let mut tx = self.begin_write().await?;
+        lock_tenant(
+            &mut tx,
+            self.backend,
+            tenant.as_str(),
+            TenantLock::Exclusive,
+        )
+        .await?;
+        let (nodes, mut keep) = reach_links(&mut tx, tenant, conversation).await?;
+        keep.extend(compaction_prefixes(&mut tx, tenant, conversation).await?);
+        let heads = conversation_heads(&mut tx, tenant, conversation).await?;
+        keep.extend(newest_heads(&nodes, &heads));
+        keep.extend(newest_request_head(&mut tx, tenant, conversation).await?);
         let doomed = dead_ends(&nodes, &keep, before_ms);
         let mut deleted = 0;
-        for chunk in doomed.chunks(HASH_CHUNK) {
-            let mut builder =
-                QueryBuilder::<Any>::new("delete from messages where tenant = $1 and hash in (");
-            push_placeholders(&mut builder, 2, chunk.len());
-            builder.push(")");
-            let mut query = builder.build().bind(tenant.as_str());
-            for hash in chunk {
-                query = query.bind(hash.to_hex());
-            }
-            deleted += query.execute(&self.pool).await?.rows_affected();
+        for chunk in doomed.chunks(DELETE_CHUNK) {
+            let statements = [&DELETE_MESSAGES, &DELETE_HEADS];
+            deleted += delete_by_hash(&mut tx, self.backend, tenant, &statements, chunk).await?[0];
         }
-        let leaves = super::prune::leaves(&nodes, &doomed);
         sqlx::query(
-            "update conversations set pruned_at = $3, branches = $4 where tenant = $1 and root = $2",
+            "update conversations set pruned_at = $3, branches = $4 \
+             where tenant = $1 and conversation = $2",
         )
         .bind(tenant.as_str())
-        .bind(root.to_hex())
+        .bind(conversation.to_hex())
         .bind(now_ms())
-        .bind(leaves.max(1) as i64)
-        .execute(&self.pool)
+        .bind(leaves(&nodes, &doomed).max(1) as i64)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(deleted)
     }
+}
 
-    async fn tree_links(
-        &self,
-        tenant: &TenantId,
-        root: &ChainHash,
-    ) -> Result<Vec<super::prune::Link>> {
-        let rows = sqlx::query(concat!(
-            "select hash, parent, created_at from messages where tenant = $1 and hash in ",
-            tree_hashes!()
-        ))
-        .bind(tenant.as_str())
-        .bind(root.to_hex())
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(super::prune::Link {
-                    hash: hash_column(row, "hash")?,
-                    parent: optional_hash_column(row, "parent")?,
-                    created_at_ms: row.try_get("created_at")?,
-                })
-            })
-            .collect()
-    }
-
-    async fn tree_compactions_prefixes(
-        &self,
-        tenant: &TenantId,
-        root: &ChainHash,
-    ) -> Result<Vec<ChainHash>> {
-        let rows = sqlx::query(concat!(
-            "select prefix_hash from compactions where tenant = $1 and prefix_hash in ",
-            tree_hashes!()
-        ))
-        .bind(tenant.as_str())
-        .bind(root.to_hex())
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| Ok(hash_column(row, "prefix_hash")?))
-            .collect()
-    }
-
-    async fn conversation_head(
-        &self,
-        tenant: &TenantId,
-        root: &ChainHash,
-    ) -> Result<Option<ChainHash>> {
-        let row = sqlx::query("select head from conversations where tenant = $1 and root = $2")
+/// Runs each of `statements` over tenant `$1` and `hashes`; rows each
+/// deleted.
+async fn delete_by_hash(
+    connection: &mut AnyConnection,
+    backend: Backend,
+    tenant: &TenantId,
+    statements: &[&'static BatchStatement],
+    hashes: &[ChainHash],
+) -> Result<Vec<u64>> {
+    let bound = hash_rows(hashes)?;
+    let mut counts = Vec::with_capacity(statements.len());
+    for statement in statements {
+        let done = sqlx::query(statement.text(backend))
             .bind(tenant.as_str())
-            .bind(root.to_hex())
-            .fetch_optional(&self.pool)
+            .bind(bound.as_str())
+            .execute(&mut *connection)
             .await?;
-        Ok(row.map(|row| hash_column(&row, "head")).transpose()?)
+        counts.push(done.rows_affected());
     }
+    Ok(counts)
+}
+
+/// The messages a conversation reaches, as the pruning rule reads them,
+/// and those another conversation reaches too (kept, with their paths).
+async fn reach_links(
+    connection: &mut AnyConnection,
+    tenant: &TenantId,
+    conversation: &ConversationId,
+) -> Result<(Vec<Link>, Vec<ChainHash>)> {
+    let rows = sqlx::query(&links_sql())
+        .bind(tenant.as_str())
+        .bind(conversation.to_hex())
+        .fetch_all(&mut *connection)
+        .await?;
+    let mut links = Vec::with_capacity(rows.len());
+    let mut shared = Vec::new();
+    for row in &rows {
+        let link = Link {
+            hash: hash_column(row, "hash")?,
+            parent: optional_hash_column(row, "parent")?,
+            created_at_ms: row.try_get("created_at")?,
+        };
+        if row.try_get::<i64, _>("shared")? == 1 {
+            shared.push(link.hash);
+        }
+        links.push(link);
+    }
+    Ok((links, shared))
+}
+
+/// The heads a conversation's requests ended at, with when each was
+/// recorded.
+async fn conversation_heads(
+    connection: &mut AnyConnection,
+    tenant: &TenantId,
+    conversation: &ConversationId,
+) -> Result<Vec<(ChainHash, i64)>> {
+    let rows = sqlx::query(
+        "select head, created_at from conversation_heads where tenant = $1 and conversation = $2",
+    )
+    .bind(tenant.as_str())
+    .bind(conversation.to_hex())
+    .fetch_all(&mut *connection)
+    .await?;
+    rows.iter()
+        .map(|row| Ok((hash_column(row, "head")?, row.try_get("created_at")?)))
+        .collect()
+}
+
+/// The head of the conversation's newest request, as its list row
+/// records it: the live branch even when heads were recorded in the same
+/// millisecond.
+async fn newest_request_head(
+    connection: &mut AnyConnection,
+    tenant: &TenantId,
+    conversation: &ConversationId,
+) -> Result<Option<ChainHash>> {
+    let row = sqlx::query("select head from conversations where tenant = $1 and conversation = $2")
+        .bind(tenant.as_str())
+        .bind(conversation.to_hex())
+        .fetch_optional(&mut *connection)
+        .await?;
+    Ok(row.map(|row| hash_column(&row, "head")).transpose()?)
+}
+
+async fn compaction_prefixes(
+    connection: &mut AnyConnection,
+    tenant: &TenantId,
+    conversation: &ConversationId,
+) -> Result<Vec<ChainHash>> {
+    let rows = sqlx::query(&compaction_prefixes_sql())
+        .bind(tenant.as_str())
+        .bind(conversation.to_hex())
+        .fetch_all(&mut *connection)
+        .await?;
+    rows.iter()
+        .map(|row| Ok(hash_column(row, "prefix_hash")?))
+        .collect()
 }

@@ -24,8 +24,11 @@ impl Store {
 
     /// Window, calibration and output accounting of `model` behind `upstream`.
     pub async fn model_size(&self, upstream: &str, model: &str) -> Result<StoredSize> {
+        // Only agreed windows are shared; rows from before agreement was
+        // required (corroborated 0) may have been taught by one tenant.
         let limit = sqlx::query(
-            "select context_window from model_limits where upstream = $1 and model = $2",
+            "select context_window from model_limits \
+             where upstream = $1 and model = $2 and corroborated = 1",
         )
         .bind(upstream)
         .bind(model)
@@ -53,9 +56,9 @@ impl Store {
         Ok(size)
     }
 
-    /// Records (or replaces) the context window of `model` behind
-    /// `upstream`, and where the number came from (`source`: config,
-    /// overflow error, usage, …). The newest observation wins.
+    /// Records (or replaces) the agreed context window of `model` behind
+    /// `upstream`, and where the number came from (`source`: overflow
+    /// error, …). The newest agreement wins.
     pub async fn record_model_limit(
         &self,
         upstream: &str,
@@ -66,10 +69,10 @@ impl Store {
         let now = now_ms();
         sqlx::query(
             "insert into model_limits \
-             (upstream, model, context_window, source, updated_at, created_at) \
-             values ($1, $2, $3, $4, $5, $5) \
+             (upstream, model, context_window, source, corroborated, updated_at, created_at) \
+             values ($1, $2, $3, $4, 1, $5, $5) \
              on conflict (upstream, model) do update set context_window = excluded.context_window, \
-             source = excluded.source, updated_at = excluded.updated_at",
+             source = excluded.source, corroborated = 1, updated_at = excluded.updated_at",
         )
         .bind(upstream)
         .bind(model)
@@ -78,6 +81,17 @@ impl Store {
         .bind(now)
         .execute(&self.pool)
         .await?;
+        Ok(())
+    }
+
+    /// Forgets the window of `model` behind `upstream`: an answered request
+    /// larger than it showed it wrong.
+    pub async fn forget_model_limit(&self, upstream: &str, model: &str) -> Result<()> {
+        sqlx::query("delete from model_limits where upstream = $1 and model = $2")
+            .bind(upstream)
+            .bind(model)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 

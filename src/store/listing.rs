@@ -3,9 +3,9 @@
 //! The operator page's conversation list: one indexed, paged read of the
 //! `conversations` table, whatever the number of conversations.
 
-use super::rows::hash_column;
+use super::rows::{conversation_column, hash_column};
 use super::{Result, Store};
-use crate::conversation::{ChainHash, TenantId};
+use crate::conversation::{ChainHash, ConversationId, TenantId};
 use sqlx::any::AnyRow;
 use sqlx::{Any, FromRow, QueryBuilder, Row};
 
@@ -58,8 +58,8 @@ impl SortBy {
 pub struct ListQuery {
     pub sort: SortBy,
     pub ascending: bool,
-    /// Keeps rows whose label is this, or whose tenant digest or root hash
-    /// starts with it (when it is hex).
+    /// Keeps rows whose label is this, or whose tenant digest or
+    /// conversation id starts with it (when it is hex).
     pub filter: Option<String>,
     pub offset: i64,
     pub limit: i64,
@@ -69,7 +69,12 @@ pub struct ListQuery {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConversationRow {
     pub tenant: TenantId,
+    pub conversation: ConversationId,
+    /// Its system prompt's link: shared with every conversation of the
+    /// tenant that opens with the same system prompt.
     pub root: ChainHash,
+    /// The newest request's head.
+    pub head: ChainHash,
     pub label: Option<String>,
     pub messages: i64,
     pub branches: i64,
@@ -82,14 +87,17 @@ pub struct ConversationRow {
     pub created_at_ms: i64,
 }
 
-pub(super) const CONVERSATION_COLUMNS: &str = "tenant, root, label, messages, branches, \
+pub(super) const CONVERSATION_COLUMNS: &str =
+    "tenant, conversation, root, head, label, messages, branches, \
      requests, compactions, tokens, window_tokens, model, last_activity, created_at";
 
 impl<'r> FromRow<'r, AnyRow> for ConversationRow {
     fn from_row(row: &'r AnyRow) -> Result<Self, sqlx::Error> {
         Ok(Self {
             tenant: TenantId::from_stored(row.try_get("tenant")?),
+            conversation: conversation_column(row, "conversation")?,
             root: hash_column(row, "root")?,
+            head: hash_column(row, "head")?,
             label: row.try_get("label")?,
             messages: row.try_get("messages")?,
             branches: row.try_get("branches")?,
@@ -133,14 +141,17 @@ impl Store {
             next = 2;
         }
         if range.is_some() {
-            builder.push(" or (tenant >= $2 and tenant < $3) or (root >= $2 and root < $3)");
+            builder.push(
+                " or (tenant >= $2 and tenant < $3) \
+                 or (conversation >= $2 and conversation < $3)",
+            );
             next = 4;
         }
         let direction = if query.ascending { " asc" } else { " desc" };
         builder.push(" order by ");
         builder.push(query.sort.column());
         builder.push(direction);
-        builder.push(", root");
+        builder.push(", conversation");
         builder.push(direction);
         builder.push(" limit $");
         builder.push(next);
@@ -165,15 +176,15 @@ impl Store {
     pub async fn conversation_row(
         &self,
         tenant: &TenantId,
-        root: &ChainHash,
+        conversation: &ConversationId,
     ) -> Result<Option<ConversationRow>> {
         let mut builder = QueryBuilder::<Any>::new("select ");
         builder.push(CONVERSATION_COLUMNS);
-        builder.push(" from conversations where tenant = $1 and root = $2");
+        builder.push(" from conversations where tenant = $1 and conversation = $2");
         let row = builder
             .build_query_as()
             .bind(tenant.as_str())
-            .bind(root.to_hex())
+            .bind(conversation.to_hex())
             .fetch_optional(&self.pool)
             .await?;
         Ok(row)

@@ -2,7 +2,9 @@
 //!
 //! What this instance remembers of the store, so that a request that needs
 //! no compaction goes upstream without a database round trip: the stored
-//! compactions, and which chain links are stored.
+//! compactions, and which chain links are stored for which conversation
+//! (a link stored for one conversation is stored, but the next
+//! conversation to reach it must still record it among its heads).
 //!
 //! Both are caches, and a cache can be stale or short. The rule that keeps
 //! that safe: everything remembered is content-addressed and was read from
@@ -13,7 +15,7 @@
 //! (`store::notify`); on SQLite there is one instance per file.
 
 use super::Compaction;
-use crate::conversation::{ChainHash, TenantId};
+use crate::conversation::{ChainHash, ConversationId, TenantId};
 use quick_cache::sync::Cache;
 use quick_cache::Weighter;
 use std::sync::Arc;
@@ -22,8 +24,8 @@ use std::sync::Arc;
 /// of conversations.
 pub const COMPACTION_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Chain links remembered as stored, about 80 bytes each with the cache's
-/// own bookkeeping: 40 MB.
+/// Chain links remembered as stored, about 110 bytes each with their
+/// conversation and the cache's own bookkeeping: 55 MB.
 pub const STORED_LINKS: usize = 500_000;
 
 /// A remembered compaction and whose it is (for forgetting a tenant).
@@ -52,7 +54,7 @@ impl Weighter<ChainHash, Arc<Remembered>> for BySize {
 #[derive(Clone)]
 pub struct StoreMemory {
     compactions: Arc<Cache<ChainHash, Arc<Remembered>, BySize>>,
-    stored: Arc<Cache<ChainHash, ()>>,
+    stored: Arc<Cache<(ConversationId, ChainHash), ()>>,
 }
 
 impl Default for StoreMemory {
@@ -91,19 +93,36 @@ impl StoreMemory {
             .insert(compaction.prefix_hash, Arc::new(remembered));
     }
 
-    /// How many leading links of `chain` are known to be stored. A stored
-    /// link implies its whole prefix is: messages are written in chain
-    /// order, each batch after the prefix it extends.
-    pub fn stored_prefix_len(&self, chain: &[ChainHash]) -> usize {
+    /// How many leading links of `chain` are known to be stored for
+    /// `conversation`. A stored link implies its whole prefix is: messages
+    /// are written in chain order, each batch after the prefix it extends,
+    /// and a write that relied on a link a failed write was to store fails
+    /// too (`store::writer`).
+    pub fn stored_prefix_len(&self, conversation: &ConversationId, chain: &[ChainHash]) -> usize {
         chain
             .iter()
-            .rposition(|link| self.stored.get(link).is_some())
+            .rposition(|link| self.is_stored(conversation, link))
             .map_or(0, |last| last + 1)
     }
 
-    /// Records that `link` and everything before it is stored.
-    pub fn remember_stored(&self, link: ChainHash) {
-        self.stored.insert(link, ());
+    /// Whether `link` is remembered as stored for `conversation`.
+    pub fn is_stored(&self, conversation: &ConversationId, link: &ChainHash) -> bool {
+        self.stored.get(&(*conversation, *link)).is_some()
+    }
+
+    /// Records that `link` and everything before it is stored, and that
+    /// `conversation` reaches it.
+    pub fn remember_stored(&self, conversation: &ConversationId, link: ChainHash) {
+        self.stored.insert((*conversation, link), ());
+    }
+
+    /// After a write of `links` failed: what this conversation's later
+    /// writes counted on is looked up again. Other conversations, and
+    /// other chains, keep what they knew.
+    pub fn forget_links(&self, conversation: &ConversationId, links: &[ChainHash]) {
+        for link in links {
+            self.stored.remove(&(*conversation, *link));
+        }
     }
 
     /// After messages were deleted (retention, pruning, an operator): what
@@ -187,12 +206,34 @@ mod tests {
     fn a_stored_link_stands_for_its_prefix_until_forgotten() {
         let memory = StoreMemory::default();
         let (_, links) = chain(b"k", 10);
-        assert_eq!(memory.stored_prefix_len(&links), 0);
-        memory.remember_stored(links[6]);
-        assert_eq!(memory.stored_prefix_len(&links), 7);
-        assert_eq!(memory.stored_prefix_len(&links[..4]), 0);
+        let id = ConversationId::first_turn(&links);
+        assert_eq!(memory.stored_prefix_len(&id, &links), 0);
+        memory.remember_stored(&id, links[6]);
+        assert_eq!(memory.stored_prefix_len(&id, &links), 7);
+        assert_eq!(memory.stored_prefix_len(&id, &links[..4]), 0);
         memory.forget_stored();
-        assert_eq!(memory.stored_prefix_len(&links), 0);
+        assert_eq!(memory.stored_prefix_len(&id, &links), 0);
+    }
+
+    /// A link is stored once, but each conversation reaching it records
+    /// its head: another conversation starts from what the store says.
+    /// A failed write forgets its own chain's links, no other's.
+    #[test]
+    fn stored_links_are_known_per_conversation_and_forgotten_per_chain() {
+        let memory = StoreMemory::default();
+        let (tenant, links) = chain(b"k", 10);
+        let (_, others) = chain(b"other", 10);
+        let (mine, sibling) = (
+            ConversationId::first_turn(&links),
+            ConversationId::session(&tenant, b"s"),
+        );
+        let other = ConversationId::first_turn(&others);
+        memory.remember_stored(&mine, links[10]);
+        memory.remember_stored(&other, others[10]);
+        assert_eq!(memory.stored_prefix_len(&sibling, &links), 0);
+        memory.forget_links(&mine, &links[5..]);
+        assert_eq!(memory.stored_prefix_len(&mine, &links), 0);
+        assert_eq!(memory.stored_prefix_len(&other, &others), 11);
     }
 
     #[test]

@@ -1,16 +1,19 @@
 //! Step 3, persist: messages.
 //!
 //! Messages: finding how much of a chain is already stored, and writing only
-//! the rest (ARCHITECTURE.md "Persist": cost grows with what is new).
+//! the rest (ARCHITECTURE.md "Persist": cost grows with what is new), with
+//! the head of each request's conversation (`store::heads`) in the same
+//! transaction.
 
+use super::heads::record_heads_on;
 use super::json_rows::{
     hash_rows, hex, json_rows, optional_hex, rows_source, source_columns, BatchStatement, Column,
     HASH_COLUMN,
 };
 use super::requests::{record_requests_on, RequestRecord};
-use super::rows::{hash_column, now_ms, HASH_CHUNK};
-use super::{Backend, Result, Store};
-use crate::conversation::{ChainHash, TenantId};
+use super::rows::{hash_column, lock_tenant, now_ms, TenantLock, HASH_CHUNK};
+use super::{Backend, Result, Store, StoreError};
+use crate::conversation::{ChainHash, ConversationId, TenantId};
 use serde::Serialize;
 use sqlx::AnyConnection;
 use std::collections::HashSet;
@@ -74,26 +77,22 @@ impl Store {
         Ok(found)
     }
 
-    /// Writes `messages` in one transaction, idempotently: rows that already
-    /// exist (a replay, another instance, a shared branch) are left as they
-    /// are, `label` included. Returns how many rows were new.
-    pub async fn insert_messages(
-        &self,
-        tenant: &TenantId,
-        label: Option<&str>,
-        messages: &[NewMessage],
-    ) -> Result<u64> {
-        let batch = [MessageBatch {
-            tenant,
-            label,
-            messages,
-        }];
-        self.write_batch(&batch, &[]).await
+    /// Writes the rows of `batch` in one transaction, idempotently: rows
+    /// that already exist (a replay, another instance, a shared branch)
+    /// are left as they are, `label` included; its chain's head is
+    /// recorded for its conversation. Returns how many rows were new.
+    pub async fn insert_messages(&self, batch: MessageBatch<'_>) -> Result<u64> {
+        self.write_batch(&[batch], &[]).await
     }
 
-    /// One group commit: the messages of several requests (any tenants) and
-    /// their request records, in one transaction. Returns how many message
-    /// rows were new.
+    /// One group commit: the messages of several requests (any tenants),
+    /// the heads of their conversations, and their request records, in one
+    /// transaction. Returns how many message rows were new.
+    ///
+    /// Fails with [`StoreError::ParentMissing`], writing nothing, when a
+    /// batch's first message extends one the store does not have: the
+    /// writer found it stored before the transaction, and a deletion of
+    /// another conversation that reached it may have taken it since.
     #[tracing::instrument(
         name = "store.write_batch",
         level = "debug",
@@ -105,16 +104,26 @@ impl Store {
         messages: &[MessageBatch<'_>],
         records: &[RequestRecord],
     ) -> Result<u64> {
-        let rows = rows_in_lock_order(messages);
-        if rows.is_empty() && records.is_empty() {
+        if messages.is_empty() && records.is_empty() {
             return Ok(0);
         }
+        let rows = rows_in_lock_order(messages);
         let created_at = now_ms();
         let mut tx = self.begin_write().await?;
+        let mut tenants: Vec<&str> = messages.iter().map(|b| b.tenant.as_str()).collect();
+        tenants.sort_unstable();
+        tenants.dedup();
+        for tenant in tenants {
+            lock_tenant(&mut tx, self.backend, tenant, TenantLock::Shared).await?;
+        }
         let mut inserted = 0;
         for chunk in rows.chunks(INSERT_CHUNK) {
             inserted += insert_rows(&mut tx, self.backend, chunk, created_at).await?;
         }
+        if !parents_stored(&mut tx, self.backend, messages).await? {
+            return Err(StoreError::ParentMissing);
+        }
+        record_heads_on(&mut tx, self.backend, messages, created_at).await?;
         record_requests_on(&mut tx, self.backend, records).await?;
         tx.commit().await?;
         Ok(inserted)
@@ -125,8 +134,22 @@ impl Store {
 #[derive(Debug, Clone, Copy)]
 pub struct MessageBatch<'a> {
     pub tenant: &'a TenantId,
+    pub conversation: &'a ConversationId,
     pub label: Option<&'a str>,
+    /// The request's whole chain: its root first, its head last.
+    pub chain: &'a [ChainHash],
+    /// The links of `chain` to insert: those not stored yet.
     pub messages: &'a [NewMessage],
+    /// When the request arrived: its conversation's last activity.
+    pub at_ms: i64,
+}
+
+impl<'a> MessageBatch<'a> {
+    /// The newest link of the request: the head its conversation reaches.
+    /// Only called on a batch with a chain.
+    pub(super) fn head(&self) -> &'a ChainHash {
+        &self.chain[self.chain.len() - 1]
+    }
 }
 
 /// A row to insert, with whose it is.
@@ -176,6 +199,52 @@ async fn insert_rows(
         .execute(&mut *connection)
         .await?;
     Ok(inserted.rows_affected())
+}
+
+/// A message the first message of a batch extends.
+#[derive(Serialize)]
+struct ParentRow<'a> {
+    tenant: &'a str,
+    #[serde(serialize_with = "hex")]
+    hash: &'a ChainHash,
+}
+
+const PARENT_COLUMNS: [Column; 2] = [("tenant", "text"), ("hash", "text")];
+
+/// How many of the messages bound as `$1` are not stored.
+static MISSING_PARENTS: BatchStatement = BatchStatement::new(|backend| {
+    format!(
+        "select count(*) from {} where not exists \
+         (select 1 from messages m where m.tenant = r.tenant and m.hash = r.hash)",
+        rows_source(backend, 1, &PARENT_COLUMNS),
+    )
+});
+
+/// Whether every batch's first message extends a stored one, once the
+/// batches' own rows are in (a batch may extend another's).
+async fn parents_stored(
+    connection: &mut AnyConnection,
+    backend: Backend,
+    batches: &[MessageBatch<'_>],
+) -> Result<bool> {
+    let parents: Vec<ParentRow<'_>> = batches
+        .iter()
+        .filter_map(|batch| {
+            let parent = batch.messages.first()?.parent.as_ref()?;
+            Some(ParentRow {
+                tenant: batch.tenant.as_str(),
+                hash: parent,
+            })
+        })
+        .collect();
+    if parents.is_empty() {
+        return Ok(true);
+    }
+    let missing: i64 = sqlx::query_scalar(MISSING_PARENTS.text(backend))
+        .bind(json_rows(&parents)?)
+        .fetch_one(&mut *connection)
+        .await?;
+    Ok(missing == 0)
 }
 
 /// A message row as [`INSERT_MESSAGES`] reads it.

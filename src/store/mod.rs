@@ -9,12 +9,15 @@
 //!
 //! Every query is scoped to one tenant (ARCHITECTURE.md invariant 8), and every
 //! write is either idempotent or a single statement, so a crash or a second
-//! instance never leaves a half-written row (invariant 7).
+//! instance never leaves a half-written row (invariant 7). Messages are
+//! shared by content; what is listed, kept and deleted is a conversation,
+//! the messages its heads reach (`heads`).
 
 mod compactions;
 mod connect;
 mod conversations;
 mod degradable;
+mod heads;
 mod json_rows;
 mod leases;
 mod lifecycle;
@@ -42,7 +45,7 @@ pub use outcome::{CompactionFailure, Trigger};
 pub use overview::{LearnedWindow, MessageText, Overview};
 pub use requests::{RequestPoint, RequestRecord, PRUNE_EVERY, REQUESTS_KEPT};
 pub use rows::now_ms;
-pub use writer::{MessageWrite, QueueFull, RowsFrom, Writer};
+pub use writer::{Backlog, MessageWrite, QueueFull, RowsFrom, Writer};
 
 use sqlx::AnyPool;
 use std::time::Duration;
@@ -78,9 +81,14 @@ pub enum StoreError {
     /// least six characters.
     #[error("conversation id must be at least 6 hex characters: {0:?}")]
     InvalidId(String),
-    /// A conversation id prefix matches more than one message.
+    /// A conversation id prefix matches more than one conversation.
     #[error("conversation id {0:?} is ambiguous: give more characters")]
     AmbiguousId(String),
+    /// A message write extends a message the store no longer has (deleted
+    /// since the writer looked it up): storing it would leave a gap. The
+    /// database is fine; the write is refused.
+    #[error("a message write extends a message that is no longer stored")]
+    ParentMissing,
 }
 
 impl StoreError {

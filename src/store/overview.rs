@@ -124,7 +124,7 @@ impl Store {
             "select l.upstream, l.model, l.context_window, l.source, l.updated_at, \
              c.tokens_per_mbyte from model_limits l left join model_calibrations c \
              on c.upstream = l.upstream and c.model = l.model \
-             order by l.upstream, l.model limit 500",
+             where l.corroborated = 1 order by l.upstream, l.model limit 500",
         )
         .fetch_all(&self.pool)
         .await?;

@@ -1,13 +1,21 @@
 //! Beside the flow, retention: dead-end branches.
 //!
-//! Which messages of a conversation tree are a dead end: pure, so the rule
-//! that protects history is tested on its own.
+//! Which messages of a conversation (the messages its heads reach) are a
+//! dead end: pure, so the rule that protects history is tested on its own.
 //!
 //! A message is kept when it is on the path from the root to any of:
-//! a stored compaction's prefix (a summary stands for it), the conversation's
-//! newest request head or newest message (the live branch), or any message
-//! newer than the grace cutoff (a branch still in use). Everything else is a
-//! whole subtree no one reaches any more, so deleting it leaves no orphan.
+//! a stored compaction's prefix (a summary stands for it), a message
+//! another conversation reaches (its history, not this one's to prune), the
+//! newest head of each root the conversation has ([`newest_heads`]), the
+//! head of its newest request, or its newest message (the live branches),
+//! or any message newer than the grace cutoff (a branch still in use); the
+//! caller passes all but the last two in `keep`. Everything else is a whole subtree no one reaches any
+//! more, so deleting it leaves no orphan.
+//!
+//! A session has several roots: an agent's main thread, its sub-agents and
+//! its side calls each send a system prompt of their own. Each root's
+//! newest head is a live branch, however long ago the session last used
+//! that root.
 
 use crate::conversation::ChainHash;
 use std::collections::{HashMap, HashSet};
@@ -50,6 +58,31 @@ pub fn dead_ends(nodes: &[Link], keep: &[ChainHash], before_ms: i64) -> Vec<Chai
         .map(|n| n.hash)
         .filter(|hash| !kept.contains(hash))
         .collect()
+}
+
+/// The newest of `heads` (hash, when recorded) under each root of
+/// `nodes`: the live branch of each thread of the conversation. A head's
+/// root is its topmost ancestor in `nodes`.
+pub fn newest_heads(nodes: &[Link], heads: &[(ChainHash, i64)]) -> Vec<ChainHash> {
+    let parents: HashMap<ChainHash, Option<ChainHash>> =
+        nodes.iter().map(|n| (n.hash, n.parent)).collect();
+    let root_of = |mut at: ChainHash| {
+        while let Some(Some(parent)) = parents.get(&at) {
+            if !parents.contains_key(parent) {
+                break;
+            }
+            at = *parent;
+        }
+        at
+    };
+    let mut newest: HashMap<ChainHash, (i64, ChainHash)> = HashMap::new();
+    for &(head, at) in heads {
+        let entry = newest.entry(root_of(head)).or_insert((at, head));
+        if (at, head.to_hex()) > (entry.0, entry.1.to_hex()) {
+            *entry = (at, head);
+        }
+    }
+    newest.into_values().map(|(_, head)| head).collect()
 }
 
 /// Leaves of the tree once `removed` are gone: its branch count.
@@ -117,6 +150,27 @@ mod tests {
     #[test]
     fn nothing_is_pruned_before_the_grace_period_is_over() {
         assert!(dead_ends(&tree(), &[], 0).is_empty());
+    }
+
+    /// A session's side call under another system prompt (root 50), idle
+    /// as long as its main thread's dead ends, is a live branch of its own.
+    #[test]
+    fn each_roots_newest_head_is_kept() {
+        let mut nodes = tree();
+        nodes.extend([
+            link(50, None, 1),
+            link(51, Some(50), 2),
+            link(52, Some(50), 3),
+        ]);
+        let heads = [(hash(4), 500), (hash(10), 2), (hash(51), 2), (hash(52), 3)];
+        let mut kept = newest_heads(&nodes, &heads);
+        kept.sort_by_key(ChainHash::to_hex);
+        assert_eq!(kept, vec![hash(4), hash(52)]);
+        let doomed = dead_ends(&nodes, &kept, 100);
+        for kept in [50, 52] {
+            assert!(!doomed.contains(&hash(kept)), "message {kept} was pruned");
+        }
+        assert!(doomed.contains(&hash(51)), "the side call's own dead end");
     }
 
     #[test]

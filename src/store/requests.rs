@@ -1,13 +1,14 @@
 //! Beside the flow, the operator's views: per-request figures.
 //!
 //! Per-request figures for the operator page: one row per chat request, and
-//! the per-conversation row the list reads, both written in the background
-//! after the response.
+//! the figures of the per-conversation row the list reads (a message write
+//! opens that row, `store::heads`), both written in the background after
+//! the response.
 
 use super::json_rows::{hex, json_rows, rows_source, source_columns, BatchStatement, Column};
-use super::rows::hash_column;
+use super::rows::{conversation_column, hash_column};
 use super::{Backend, CompactionFailure, Result, Store};
-use crate::conversation::{ChainHash, TenantId};
+use crate::conversation::{ChainHash, ConversationId, TenantId};
 use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, FromRow, Row};
@@ -30,6 +31,7 @@ pub struct RequestRecord {
     pub id: uuid::Uuid,
     pub arrived_at_ms: i64,
     pub tenant: TenantId,
+    pub conversation: ConversationId,
     /// `chain[0]` is the conversation's root; the last is the request's head.
     pub chain: Vec<ChainHash>,
     pub label: Option<String>,
@@ -66,8 +68,8 @@ pub struct RequestPoint {
 /// seen.
 static UPSERT_CONVERSATIONS: BatchStatement = BatchStatement::new(|backend| {
     format!(
-        "insert into conversations (tenant, root, label, head, messages, branches, requests, \
-         compactions, tokens, window_tokens, model, last_activity, created_at) \
+        "insert into conversations (tenant, conversation, root, label, head, messages, branches, \
+         requests, compactions, tokens, window_tokens, model, last_activity, created_at) \
          select {} from {} where true {UPSERT_CONVERSATIONS_CONFLICT}",
         source_columns(&CONVERSATION_COLUMNS),
         rows_source(backend, 1, &CONVERSATION_COLUMNS),
@@ -75,7 +77,7 @@ static UPSERT_CONVERSATIONS: BatchStatement = BatchStatement::new(|backend| {
 });
 
 const UPSERT_CONVERSATIONS_CONFLICT: &str = "\
-on conflict (tenant, root) do update set
+on conflict (tenant, conversation) do update set
     label = coalesce(excluded.label, conversations.label),
     branches = conversations.branches + excluded.branches - 1,
     requests = conversations.requests + excluded.requests,
@@ -93,11 +95,12 @@ on conflict (tenant, root) do update set
         then excluded.model else conversations.model end,
     last_activity = case when excluded.last_activity >= conversations.last_activity
         then excluded.last_activity else conversations.last_activity end
-returning tenant, root, requests";
+returning tenant, conversation, requests";
 
 /// The columns of [`ConversationRow`], in the statement's order.
-const CONVERSATION_COLUMNS: [Column; 13] = [
+const CONVERSATION_COLUMNS: [Column; 14] = [
     ("tenant", "text"),
+    ("conversation", "text"),
     ("root", "text"),
     ("label", "text"),
     ("head", "text"),
@@ -115,8 +118,8 @@ const CONVERSATION_COLUMNS: [Column; 13] = [
 /// The stored head of each conversation bound as `$1`.
 static STORED_HEADS: BatchStatement = BatchStatement::new(|backend| {
     format!(
-        "select tenant, root, head, messages from conversations \
-         where (tenant, root) in (select r.tenant, r.root from {})",
+        "select tenant, conversation, head, messages from conversations \
+         where (tenant, conversation) in (select r.tenant, r.conversation from {})",
         rows_source(backend, 1, &CONVERSATION_COLUMNS[..2]),
     )
 });
@@ -124,7 +127,7 @@ static STORED_HEADS: BatchStatement = BatchStatement::new(|backend| {
 /// Inserts the request rows bound as `$1`.
 static INSERT_REQUESTS: BatchStatement = BatchStatement::new(|backend| {
     format!(
-        "insert into requests (tenant, root, id, head, messages, model, upstream, status, \
+        "insert into requests (tenant, conversation, root, id, head, messages, model, upstream, status, \
          sent_bytes, estimated_tokens, upstream_input_tokens, window_tokens, \
          compacted_messages, compactions, overflows, compaction_error, degraded, created_at) \
          select {} from {}",
@@ -134,8 +137,9 @@ static INSERT_REQUESTS: BatchStatement = BatchStatement::new(|backend| {
 });
 
 /// The columns of [`RequestRow`], in the table's order.
-const REQUEST_COLUMNS: [Column; 18] = [
+const REQUEST_COLUMNS: [Column; 19] = [
     ("tenant", "text"),
+    ("conversation", "text"),
     ("root", "text"),
     ("id", "text"),
     ("head", "text"),
@@ -161,8 +165,8 @@ const ROWS_PER_STATEMENT: usize = 500;
 
 /// Keeps the newest [`REQUESTS_KEPT`] rows of one conversation.
 const PRUNE_REQUESTS: &str = "\
-delete from requests where tenant = $1 and root = $2 and id < (
-    select id from requests where tenant = $1 and root = $2
+delete from requests where tenant = $1 and conversation = $2 and id < (
+    select id from requests where tenant = $1 and conversation = $2
     order by id desc limit 1 offset $3)";
 
 impl<'r> FromRow<'r, AnyRow> for RequestPoint {
@@ -195,15 +199,15 @@ impl Store {
     pub async fn conversation_requests(
         &self,
         tenant: &TenantId,
-        root: &ChainHash,
+        conversation: &ConversationId,
     ) -> Result<Vec<RequestPoint>> {
         let rows = sqlx::query_as(
             "select created_at, messages, estimated_tokens, upstream_input_tokens, window_tokens, \
              compacted_messages, compactions, overflows, status \
-             from requests where tenant = $1 and root = $2 order by id limit $3",
+             from requests where tenant = $1 and conversation = $2 order by id limit $3",
         )
         .bind(tenant.as_str())
-        .bind(root.to_hex())
+        .bind(conversation.to_hex())
         .bind(REQUESTS_KEPT)
         .fetch_all(&self.pool)
         .await?;
@@ -214,6 +218,7 @@ impl Store {
 /// One conversation's requests in a batch, oldest first.
 struct Rollup<'a> {
     tenant: &'a TenantId,
+    conversation: ConversationId,
     root: ChainHash,
     records: Vec<&'a RequestRecord>,
     branched: i64,
@@ -250,15 +255,16 @@ pub(super) async fn record_requests_on(
 }
 
 fn rollups(records: &[RequestRecord]) -> Vec<Rollup<'_>> {
-    let mut by_conversation: HashMap<(&str, ChainHash), Rollup<'_>> = HashMap::new();
+    let mut by_conversation: HashMap<(&str, ConversationId), Rollup<'_>> = HashMap::new();
     for record in records {
         let (Some(root), Some(_)) = (record.chain.first(), record.chain.last()) else {
             continue;
         };
         by_conversation
-            .entry((record.tenant.as_str(), *root))
+            .entry((record.tenant.as_str(), record.conversation))
             .or_insert_with(|| Rollup {
                 tenant: &record.tenant,
+                conversation: record.conversation,
                 root: *root,
                 records: Vec::new(),
                 branched: 0,
@@ -271,7 +277,9 @@ fn rollups(records: &[RequestRecord]) -> Vec<Rollup<'_>> {
         rollup.records.sort_by_key(|r| (r.arrived_at_ms, r.id));
     }
     // Key order: two instances' batches lock conversation rows alike.
-    rollups.sort_by(|a, b| (a.tenant.as_str(), a.root).cmp(&(b.tenant.as_str(), b.root)));
+    rollups.sort_by(|a, b| {
+        (a.tenant.as_str(), a.conversation).cmp(&(b.tenant.as_str(), b.conversation))
+    });
     rollups
 }
 
@@ -287,7 +295,7 @@ async fn count_branches(
         .iter()
         .map(|rollup| ConversationKey {
             tenant: rollup.tenant.as_str(),
-            root: &rollup.root,
+            conversation: &rollup.conversation,
         })
         .collect();
     let rows = sqlx::query(STORED_HEADS.text(backend))
@@ -297,13 +305,14 @@ async fn count_branches(
     let mut stored = HashMap::new();
     for row in rows {
         let tenant: String = row.try_get("tenant")?;
-        let root = hash_column(&row, "root")?;
+        let conversation = conversation_column(&row, "conversation")?;
         let head = hash_column(&row, "head")?;
         let messages: i64 = row.try_get("messages")?;
-        stored.insert((tenant, root), (head, messages));
+        stored.insert((tenant, conversation), (head, messages));
     }
     for rollup in rollups.iter_mut() {
-        let mut previous = stored.remove(&(rollup.tenant.as_str().to_owned(), rollup.root));
+        let key = (rollup.tenant.as_str().to_owned(), rollup.conversation);
+        let mut previous = stored.remove(&key);
         for record in &rollup.records {
             if let Some((head, at)) = previous {
                 let passes = usize::try_from(at).ok().and_then(|at| record.chain.get(at));
@@ -321,7 +330,7 @@ async fn upsert_conversations(
     connection: &mut AnyConnection,
     backend: Backend,
     rollups: &[Rollup<'_>],
-) -> Result<HashMap<(String, ChainHash), i64>> {
+) -> Result<HashMap<(String, ConversationId), i64>> {
     let rows: Vec<ConversationRow<'_>> = rollups.iter().map(ConversationRow::of).collect();
     let updated = sqlx::query(UPSERT_CONVERSATIONS.text(backend))
         .bind(json_rows(&rows)?)
@@ -330,8 +339,8 @@ async fn upsert_conversations(
     let mut totals = HashMap::new();
     for row in updated {
         let tenant: String = row.try_get("tenant")?;
-        let root = hash_column(&row, "root")?;
-        totals.insert((tenant, root), row.try_get::<i64, _>("requests")?);
+        let conversation = conversation_column(&row, "conversation")?;
+        totals.insert((tenant, conversation), row.try_get::<i64, _>("requests")?);
     }
     Ok(totals)
 }
@@ -340,14 +349,14 @@ async fn upsert_conversations(
 #[derive(Serialize)]
 struct ConversationKey<'a> {
     tenant: &'a str,
-    #[serde(serialize_with = "hex")]
-    root: &'a ChainHash,
+    conversation: &'a ConversationId,
 }
 
 /// A conversation's row, as [`UPSERT_CONVERSATIONS`] reads it.
 #[derive(Serialize)]
 struct ConversationRow<'a> {
     tenant: &'a str,
+    conversation: &'a ConversationId,
     #[serde(serialize_with = "hex")]
     root: &'a ChainHash,
     label: Option<&'a str>,
@@ -369,6 +378,7 @@ impl<'a> ConversationRow<'a> {
         let newest = rollup.newest();
         Self {
             tenant: rollup.tenant.as_str(),
+            conversation: &rollup.conversation,
             root: &rollup.root,
             label: rollup.records.iter().rev().find_map(|r| r.label.as_deref()),
             head: newest.chain.last().unwrap_or(&rollup.root),
@@ -392,10 +402,10 @@ impl<'a> ConversationRow<'a> {
 async fn prune_requests(
     connection: &mut AnyConnection,
     rollups: &[Rollup<'_>],
-    totals: &HashMap<(String, ChainHash), i64>,
+    totals: &HashMap<(String, ConversationId), i64>,
 ) -> Result<()> {
     for rollup in rollups {
-        let key = (rollup.tenant.as_str().to_owned(), rollup.root);
+        let key = (rollup.tenant.as_str().to_owned(), rollup.conversation);
         let Some(&requests) = totals.get(&key) else {
             continue;
         };
@@ -404,7 +414,7 @@ async fn prune_requests(
         if requests > REQUESTS_KEPT && crossed {
             sqlx::query(PRUNE_REQUESTS)
                 .bind(rollup.tenant.as_str())
-                .bind(rollup.root.to_hex())
+                .bind(rollup.conversation.to_hex())
                 .bind(REQUESTS_KEPT - 1)
                 .execute(&mut *connection)
                 .await?;
@@ -433,6 +443,7 @@ async fn insert_requests(
 #[derive(Serialize)]
 struct RequestRow<'a> {
     tenant: &'a str,
+    conversation: &'a ConversationId,
     #[serde(serialize_with = "hex")]
     root: &'a ChainHash,
     id: String,
@@ -459,6 +470,7 @@ impl<'a> RequestRow<'a> {
         let root = &record.chain[0];
         Self {
             tenant: record.tenant.as_str(),
+            conversation: &record.conversation,
             root,
             id: record.id.to_string(),
             head: record.chain.last().unwrap_or(root),

@@ -1,31 +1,17 @@
 //! Step 3, persist: shared query pieces.
 //!
-//! Small pieces every query module shares: numbered placeholders for the few
-//! dynamic statements left, the clock, and decoding hashes out of rows.
+//! Small pieces every query module shares: the clock, and decoding hashes
+//! out of rows.
 
-use crate::conversation::ChainHash;
+use super::Backend;
+use crate::conversation::{ChainHash, ConversationId};
 use sqlx::any::AnyRow;
-use sqlx::{Any, QueryBuilder, Row};
+use sqlx::{AnyConnection, Row};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Hashes per `in (…)` list: few enough for any backend's parameter limit,
 /// many enough that a long conversation takes one or two queries.
 pub(super) const HASH_CHUNK: usize = 500;
-
-/// Appends `$first, $first+1, …` (`count` of them, comma separated).
-///
-/// `QueryBuilder<Any>::push_bind` writes `?`, which Postgres rejects, so the
-/// dynamic statements number their placeholders here and bind the values on
-/// the built query, in the same order.
-pub(super) fn push_placeholders(builder: &mut QueryBuilder<'_, Any>, first: usize, count: usize) {
-    for index in 0..count {
-        if index > 0 {
-            builder.push(", ");
-        }
-        builder.push("$");
-        builder.push(first + index);
-    }
-}
 
 /// Wall-clock unix milliseconds, for `created_at` columns.
 pub fn now_ms() -> i64 {
@@ -52,6 +38,18 @@ pub(super) fn optional_hash_column(
     text.map(|text| parse_hash(column, &text)).transpose()
 }
 
+/// Reads a hex conversation id column, like [`hash_column`].
+pub(super) fn conversation_column(
+    row: &AnyRow,
+    column: &str,
+) -> Result<ConversationId, sqlx::Error> {
+    let text: String = row.try_get(column)?;
+    ConversationId::from_hex(&text).ok_or_else(|| sqlx::Error::ColumnDecode {
+        index: column.to_owned(),
+        source: format!("not a hex conversation id: {text:?}").into(),
+    })
+}
+
 fn parse_hash(column: &str, text: &str) -> Result<ChainHash, sqlx::Error> {
     ChainHash::from_hex(text).ok_or_else(|| sqlx::Error::ColumnDecode {
         index: column.to_owned(),
@@ -59,15 +57,47 @@ fn parse_hash(column: &str, text: &str) -> Result<ChainHash, sqlx::Error> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// How a transaction holds its tenant's lock (Postgres).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TenantLock {
+    /// A message write: writes of one tenant run side by side.
+    Shared,
+    /// A deletion or a pruning: it chooses what no conversation reaches
+    /// and deletes it, with no write extending those messages meanwhile.
+    Exclusive,
+}
 
-    #[test]
-    fn placeholders_are_numbered_from_the_first_free_parameter() {
-        let mut builder = QueryBuilder::<Any>::new("in (");
-        push_placeholders(&mut builder, 2, 3);
-        builder.push(")");
-        assert_eq!(builder.sql(), "in ($2, $3, $4)");
+/// Postgres' advisory lock class of tenants' lock (its second key is the
+/// tenant's hash): "CoND".
+const TENANT_LOCK_CLASS: i32 = 0x436f_4e44;
+
+/// Takes `tenant`'s lock until the transaction ends. A write reads what is
+/// stored before its transaction, then inserts rows whose parent another
+/// conversation stored; a deletion that chose that parent before the
+/// write committed would delete it after, leaving the write's rows
+/// parentless. The lock orders the two. SQLite needs none: a write
+/// transaction holds the database's only write lock from its start.
+pub(super) async fn lock_tenant(
+    connection: &mut AnyConnection,
+    backend: Backend,
+    tenant: &str,
+    lock: TenantLock,
+) -> Result<(), sqlx::Error> {
+    if backend != Backend::Postgres {
+        return Ok(());
     }
+    let sql = match lock {
+        TenantLock::Shared => {
+            "select 1 from (select pg_advisory_xact_lock_shared($1, hashtext($2))) as locked"
+        }
+        TenantLock::Exclusive => {
+            "select 1 from (select pg_advisory_xact_lock($1, hashtext($2))) as locked"
+        }
+    };
+    sqlx::query(sql)
+        .bind(TENANT_LOCK_CLASS)
+        .bind(tenant)
+        .execute(connection)
+        .await?;
+    Ok(())
 }

@@ -6,9 +6,17 @@
 //! bounded in bytes and in entries; a request that finds it full is
 //! forwarded all the same, marked degraded, and its messages are written by
 //! the conversation's next request, which re-sends them.
+//!
+//! A write carries only what memory did not know stored (`known_stored`),
+//! and what memory knew may be a write still queued before it. So a write
+//! that fails forgets the links of its own chain (no other's), and a write
+//! whose first row's parent memory no longer vouches for looks it up: when
+//! the store lacks it, the write fails too. A chain is never stored past a
+//! gap; the conversation's next request re-sends it and stores it whole.
 
 use super::{MessageBatch, NewMessage, RequestRecord, Storage};
-use crate::conversation::{ChainHash, TenantId};
+use crate::conversation::{ChainHash, ConversationId, TenantId};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
@@ -27,12 +35,16 @@ const LINGER: std::time::Duration = std::time::Duration::from_millis(10);
 pub type RowsFrom = Box<dyn FnOnce(usize) -> Vec<NewMessage> + Send>;
 
 /// One request's messages, to be written from `known_stored` on (0: ask the
-/// store how much of the chain it has).
+/// store how much of the chain it has), and its head recorded for its
+/// conversation.
 pub struct MessageWrite {
     pub tenant: TenantId,
+    pub conversation: ConversationId,
     pub label: Option<String>,
     pub chain: Vec<ChainHash>,
     pub known_stored: usize,
+    /// When the request arrived.
+    pub at_ms: i64,
     pub rows_from: RowsFrom,
     /// Told whether the messages are stored (a compaction waits for it).
     pub done: oneshot::Sender<bool>,
@@ -41,6 +53,30 @@ pub struct MessageWrite {
 /// The queue was full: nothing was queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueFull;
+
+/// What is queued and not yet written, and what failed: what a shutdown
+/// that cannot wait longer reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backlog {
+    /// Requests whose messages wait to be written.
+    pub message_writes: usize,
+    /// What those messages weigh.
+    pub message_bytes: usize,
+    /// Requests' figures waiting to be written.
+    pub records: usize,
+    /// Requests whose messages could not be written, since start.
+    pub failed_writes: u64,
+}
+
+/// What [`Backlog`] reports, kept as the queue changes: a write is counted
+/// in before it is sent to the writer task and out once that task wrote
+/// it, so a count never goes below zero.
+#[derive(Default)]
+struct Counts {
+    message_writes: AtomicUsize,
+    records: AtomicUsize,
+    failed_writes: AtomicU64,
+}
 
 enum Job {
     Messages(MessageWrite, OwnedSemaphorePermit),
@@ -55,6 +91,7 @@ pub struct Writer {
     queue: mpsc::Sender<Job>,
     bytes: Arc<Semaphore>,
     queue_bytes: usize,
+    counts: Arc<Counts>,
 }
 
 impl Writer {
@@ -62,12 +99,14 @@ impl Writer {
     /// of messages.
     pub fn start(storage: Storage, queue_bytes: usize) -> Self {
         let (queue, jobs) = mpsc::channel(QUEUE_ENTRIES);
-        tokio::spawn(run(storage, jobs).in_current_span());
+        let counts = Arc::new(Counts::default());
+        tokio::spawn(run(storage, jobs, counts.clone()).in_current_span());
         let queue_bytes = queue_bytes.clamp(1, Semaphore::MAX_PERMITS);
         Self {
             queue,
             bytes: Arc::new(Semaphore::new(queue_bytes)),
             queue_bytes,
+            counts,
         }
     }
 
@@ -79,16 +118,24 @@ impl Writer {
         let Ok(permit) = self.bytes.clone().try_acquire_many_owned(weight) else {
             return Err(full("messages"));
         };
-        self.queue
-            .try_send(Job::Messages(write, permit))
-            .map_err(|_| full("messages"))
+        // Counted before it is sent: the writer may take it, and count it
+        // out, before `try_send` returns.
+        self.counts.message_writes.fetch_add(1, Ordering::AcqRel);
+        if self.queue.try_send(Job::Messages(write, permit)).is_err() {
+            self.counts.message_writes.fetch_sub(1, Ordering::AcqRel);
+            return Err(full("messages"));
+        }
+        Ok(())
     }
 
     /// Queues a request's figures for the operator page.
     pub fn record(&self, record: RequestRecord) -> Result<(), QueueFull> {
-        self.queue
-            .try_send(Job::Record(Box::new(record)))
-            .map_err(|_| full("record"))
+        self.counts.records.fetch_add(1, Ordering::AcqRel);
+        if self.queue.try_send(Job::Record(Box::new(record))).is_err() {
+            self.counts.records.fetch_sub(1, Ordering::AcqRel);
+            return Err(full("record"));
+        }
+        Ok(())
     }
 
     /// Waits until everything queued so far is written (or failed).
@@ -98,6 +145,17 @@ impl Writer {
             let _ = written.await;
         }
     }
+
+    /// What waits to be written now, and what failed so far.
+    pub fn backlog(&self) -> Backlog {
+        let held = self.queue_bytes - self.bytes.available_permits().min(self.queue_bytes);
+        Backlog {
+            message_writes: self.counts.message_writes.load(Ordering::Acquire),
+            message_bytes: held,
+            records: self.counts.records.load(Ordering::Acquire),
+            failed_writes: self.counts.failed_writes.load(Ordering::Acquire),
+        }
+    }
 }
 
 fn full(what: &'static str) -> QueueFull {
@@ -105,7 +163,7 @@ fn full(what: &'static str) -> QueueFull {
     QueueFull
 }
 
-async fn run(storage: Storage, mut jobs: mpsc::Receiver<Job>) {
+async fn run(storage: Storage, mut jobs: mpsc::Receiver<Job>, counts: Arc<Counts>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
         // Nothing waits on a write but a compaction (which then waits for
@@ -119,14 +177,12 @@ async fn run(storage: Storage, mut jobs: mpsc::Receiver<Job>) {
             }
         }
         metrics::histogram!("condenser_write_batch_size").record(batch.len() as f64);
-        write(&storage, std::mem::take(&mut batch)).await;
+        write(&storage, std::mem::take(&mut batch), &counts).await;
     }
 }
 
-/// Writes one batch. When the transaction fails on a reachable database,
-/// each write is tried on its own, so one refused row sinks no other
-/// request's messages.
-async fn write(storage: &Storage, batch: Vec<Job>) {
+/// Writes one batch, then answers the flushes queued in it.
+async fn write(storage: &Storage, batch: Vec<Job>, counts: &Counts) {
     let mut messages = Vec::new();
     // Held until the batch is written: the queue's byte bound covers
     // what is being written too.
@@ -143,99 +199,231 @@ async fn write(storage: &Storage, batch: Vec<Job>) {
             Job::Flush(done) => flushes.push(done),
         }
     }
-    let pending = prepare(storage, messages).await;
-    if commit(storage, &pending, &records).await {
-        pending.into_iter().for_each(|p| p.finish(storage, true));
-    } else if storage.is_degraded() {
-        pending.into_iter().for_each(|p| p.finish(storage, false));
-    } else {
-        for one in pending {
-            let stored = commit(storage, std::slice::from_ref(&one), &[]).await;
-            one.finish(storage, stored);
-        }
-        for record in &records {
-            commit(storage, &[], std::slice::from_ref(record)).await;
-        }
-    }
+    let writes = messages.len();
+    let failed = write_all(storage, messages, &records).await;
+    counts.message_writes.fetch_sub(writes, Ordering::AcqRel);
+    counts.records.fetch_sub(records.len(), Ordering::AcqRel);
+    counts.failed_writes.fetch_add(failed, Ordering::AcqRel);
     drop(permits);
     for done in flushes {
         let _ = done.send(());
     }
 }
 
+/// Writes the messages and records of one batch in one transaction. When
+/// it fails on a reachable database, each write is tried on its own, so
+/// one refused row sinks no other request's messages; a write that relied
+/// on one that failed fails too. Returns how many message writes failed.
+async fn write_all(
+    storage: &Storage,
+    messages: Vec<MessageWrite>,
+    records: &[RequestRecord],
+) -> u64 {
+    let mut failed = 0;
+    let pending = prepare(storage, messages, &mut failed).await;
+    if commit(storage, &pending, records).await {
+        pending.into_iter().for_each(|p| {
+            p.finish(storage, true);
+        });
+    } else if storage.is_degraded() {
+        for one in pending {
+            failed += u64::from(!one.finish(storage, false));
+        }
+    } else {
+        for one in pending {
+            let stored = one.still_extends_stored(storage).await
+                && commit(storage, std::slice::from_ref(&one), &[]).await;
+            failed += u64::from(!one.finish(storage, stored));
+        }
+        for record in records {
+            commit(storage, &[], std::slice::from_ref(record)).await;
+        }
+    }
+    failed
+}
+
 /// A request's new rows, ready to insert.
 struct Pending {
     tenant: TenantId,
+    conversation: ConversationId,
     label: Option<String>,
-    head: Option<ChainHash>,
+    chain: Vec<ChainHash>,
+    at_ms: i64,
+    start: Start,
     rows: Vec<NewMessage>,
     done: Option<oneshot::Sender<bool>>,
 }
 
 impl Pending {
-    fn finish(mut self, storage: &Storage, stored: bool) {
+    fn new(write: MessageWrite, start: Start) -> Self {
+        let rows = if start.from < write.chain.len() {
+            (write.rows_from)(start.from)
+        } else {
+            Vec::new()
+        };
+        Self {
+            tenant: write.tenant,
+            conversation: write.conversation,
+            label: write.label,
+            chain: write.chain,
+            at_ms: write.at_ms,
+            start,
+            rows,
+            done: Some(write.done),
+        }
+    }
+
+    fn batch(&self) -> MessageBatch<'_> {
+        MessageBatch {
+            tenant: &self.tenant,
+            conversation: &self.conversation,
+            label: self.label.as_deref(),
+            chain: &self.chain,
+            messages: &self.rows,
+            at_ms: self.at_ms,
+        }
+    }
+
+    /// Whether the prefix this write extends is still stored, when memory
+    /// vouched for it: the write that was to store it may have failed
+    /// since.
+    async fn still_extends_stored(&self, storage: &Storage) -> bool {
+        let Start { from, vouched } = self.start;
+        if !vouched || from == 0 {
+            return true;
+        }
+        let link = &self.chain[from - 1];
+        if storage.memory().is_stored(&self.conversation, link) {
+            return true;
+        }
+        let stored = stored_prefix(storage, &self.tenant, &self.chain[..from]).await;
+        stored == Some(from)
+    }
+
+    /// Tells the waiter whether the messages are stored, and memory;
+    /// returns `stored`.
+    fn finish(mut self, storage: &Storage, stored: bool) -> bool {
+        let memory = storage.memory();
         if stored {
-            if let Some(head) = self.head {
-                storage.memory().remember_stored(head);
+            if let Some(head) = self.chain.last() {
+                memory.remember_stored(&self.conversation, *head);
             }
         } else {
-            // Writes queued after this one may count on it: every chain is
-            // looked up again.
-            storage.memory().forget_stored();
+            // Writes queued after this one may count on these links: they
+            // look them up again. Other chains keep what memory knew.
+            let from = self.start.from.min(self.chain.len().saturating_sub(1));
+            memory.forget_links(&self.conversation, &self.chain[from..]);
         }
         if let Some(done) = self.done.take() {
             let _ = done.send(stored);
         }
+        stored
     }
 }
 
-/// Finds out what each write must insert: from what memory knew, or from
-/// the store when memory knew nothing of the chain.
-async fn prepare(storage: &Storage, writes: Vec<MessageWrite>) -> Vec<Pending> {
-    let mut pending = Vec::with_capacity(writes.len());
+/// Finds out what each write must insert: from what memory knew, checked
+/// against writes that failed since, or from the store when memory knew
+/// nothing of the chain. A write that cannot start is failed at once.
+async fn prepare(storage: &Storage, writes: Vec<MessageWrite>, failed: &mut u64) -> Vec<Pending> {
+    let mut pending: Vec<Pending> = Vec::with_capacity(writes.len());
     for write in writes {
-        let stored = if write.known_stored > 0 {
-            Some(write.known_stored)
-        } else {
-            let (tenant, chain) = (&write.tenant, &write.chain);
-            storage
-                .run("stored_prefix", |s| async move {
-                    s.stored_prefix_len(tenant, chain).await
-                })
-                .await
+        let known = Known {
+            tenant: &write.tenant,
+            conversation: &write.conversation,
+            chain: &write.chain,
+            stored: write.known_stored,
+            // Memory may have let the link go; a write before this one in
+            // the batch stores it all the same.
+            in_batch: write.known_stored > 0
+                && pending.iter().any(|p| {
+                    let at = write.known_stored - 1;
+                    p.tenant == write.tenant && p.chain.get(at) == Some(&write.chain[at])
+                }),
         };
-        let Some(stored) = stored else {
-            storage.memory().forget_stored();
-            let _ = write.done.send(false);
-            continue;
-        };
-        let rows = if stored < write.chain.len() {
-            (write.rows_from)(stored)
-        } else {
-            Vec::new()
-        };
-        pending.push(Pending {
-            tenant: write.tenant,
-            label: write.label,
-            head: write.chain.last().copied(),
-            rows,
-            done: Some(write.done),
-        });
+        match first_row_to_write(storage, known).await {
+            Some(start) => pending.push(Pending::new(write, start)),
+            None => {
+                *failed += 1;
+                let from = write.known_stored.min(write.chain.len().saturating_sub(1));
+                storage
+                    .memory()
+                    .forget_links(&write.conversation, &write.chain[from..]);
+                let _ = write.done.send(false);
+            }
+        }
     }
     pending
+}
+
+/// What a write counted on, as [`first_row_to_write`] reads it (a write
+/// itself is not `Sync`: its parts are passed).
+struct Known<'a> {
+    tenant: &'a TenantId,
+    conversation: &'a ConversationId,
+    chain: &'a [ChainHash],
+    /// Links memory knew stored when the write was queued.
+    stored: usize,
+    /// A write before it in the same batch stores the link it extends.
+    in_batch: bool,
+}
+
+/// Where a write's rows start.
+#[derive(Debug, Clone, Copy)]
+struct Start {
+    /// The first link written: those before it are stored, by the store's
+    /// word, or by memory's when `vouched`.
+    from: usize,
+    /// Memory said `chain[from - 1]` was stored, perhaps by a write still
+    /// queued before this one.
+    vouched: bool,
+}
+
+/// Where a write's rows start: from memory's word, while it still holds;
+/// else the store's. `None` when the store cannot say, or lacks the prefix
+/// the write's rows extend: storing them would leave a gap. The store's
+/// word may be stale by the time the rows are inserted (a deletion of
+/// another conversation); `Store::write_batch` checks it again there.
+async fn first_row_to_write(storage: &Storage, known: Known<'_>) -> Option<Start> {
+    let Known {
+        tenant,
+        conversation,
+        chain,
+        stored,
+        in_batch,
+    } = known;
+    if stored == 0 {
+        let found = stored_prefix(storage, tenant, chain).await?;
+        return Some(Start {
+            from: found,
+            vouched: false,
+        });
+    }
+    if in_batch || storage.memory().is_stored(conversation, &chain[stored - 1]) {
+        return Some(Start {
+            from: stored,
+            vouched: true,
+        });
+    }
+    let found = stored_prefix(storage, tenant, &chain[..stored]).await?;
+    (found == stored).then_some(Start {
+        from: stored,
+        vouched: false,
+    })
+}
+
+/// How much of `chain` the store has; `None` when it cannot say.
+async fn stored_prefix(storage: &Storage, tenant: &TenantId, chain: &[ChainHash]) -> Option<usize> {
+    storage
+        .run("stored_prefix", |s| async move {
+            s.stored_prefix_len(tenant, chain).await
+        })
+        .await
 }
 
 /// One transaction; true when it committed. Marks the writes done only on
 /// success, so a failed batch can be retried write by write.
 async fn commit(storage: &Storage, pending: &[Pending], records: &[RequestRecord]) -> bool {
-    let batches: Vec<MessageBatch<'_>> = pending
-        .iter()
-        .map(|p| MessageBatch {
-            tenant: &p.tenant,
-            label: p.label.as_deref(),
-            messages: &p.rows,
-        })
-        .collect();
+    let batches: Vec<MessageBatch<'_>> = pending.iter().map(Pending::batch).collect();
     let batches = &batches;
     let written = storage
         .run("write_batch", |s| async move {

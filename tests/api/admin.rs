@@ -246,6 +246,26 @@ async fn the_overview_counts_requests_overflows_compactions_and_learned_windows(
         .db
         .count("select count(*) from compactions where trigger = 'overflow'")
         .await;
+    // A window is listed (and shared) once a second credential's overflow
+    // agrees with the agent's: one the pipeline cannot compact, refused
+    // and so not counted among the requests.
+    let lone = json!({"model": "gpt-4o-mini", "max_tokens": 50, "messages": [
+        {"role": "user", "content": crate::helpers::agent::filler(40_000, 7)}]});
+    let refused = app
+        .client
+        .post(app.url("/v1/chat/completions"))
+        .bearer_auth("sk-test-second-tenant-0123456789")
+        .json(&lone)
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(refused.status(), 400);
+    crate::helpers::admin::wait_for(
+        &app,
+        "select count(*) from model_limits where corroborated = 1",
+        1,
+    )
+    .await;
 
     let (status, page) = admin_get(&app, "/admin/overview?hours=1").await;
 
@@ -272,19 +292,23 @@ async fn the_overview_counts_requests_overflows_compactions_and_learned_windows(
 fn generate_conversations_sql(backend: TestBackend) -> &'static str {
     match backend {
         TestBackend::Postgres => {
-            "insert into conversations (tenant, root, label, head, messages, branches, requests, \
-             compactions, tokens, window_tokens, model, pruned_at, last_activity, created_at) \
-             select lpad(to_hex(i % 97), 64, '0'), lpad(to_hex(i), 64, '0'), 'session-' || i, \
-             lpad(to_hex(i), 64, '0'), i % 400, 1 + i % 3, 1 + i % 50, i % 7, i % 120000, 128000, \
+            "insert into conversations (tenant, conversation, root, label, head, messages, \
+             branches, requests, compactions, tokens, window_tokens, model, pruned_at, \
+             last_activity, created_at) \
+             select lpad(to_hex(i % 97), 64, '0'), lpad(to_hex(i), 64, '0'), \
+             lpad(to_hex(i % 89), 64, '0'), 'session-' || i, lpad(to_hex(i), 64, '0'), \
+             i % 400, 1 + i % 3, 1 + i % 50, i % 7, i % 120000, 128000, \
              'gpt-4o', null, 1700000000000 + i * 1000, 1700000000000 \
              from generate_series(1, 100000) as i"
         }
         TestBackend::Sqlite => {
             "with recursive n(i) as (select 1 union all select i + 1 from n where i < 100000) \
-             insert into conversations (tenant, root, label, head, messages, branches, requests, \
-             compactions, tokens, window_tokens, model, pruned_at, last_activity, created_at) \
-             select printf('%064x', i % 97), printf('%064x', i), 'session-' || i, \
-             printf('%064x', i), i % 400, 1 + i % 3, 1 + i % 50, i % 7, i % 120000, 128000, \
+             insert into conversations (tenant, conversation, root, label, head, messages, \
+             branches, requests, compactions, tokens, window_tokens, model, pruned_at, \
+             last_activity, created_at) \
+             select printf('%064x', i % 97), printf('%064x', i), printf('%064x', i % 89), \
+             'session-' || i, printf('%064x', i), \
+             i % 400, 1 + i % 3, 1 + i % 50, i % 7, i % 120000, 128000, \
              'gpt-4o', null, 1700000000000 + i * 1000, 1700000000000 from n"
         }
     }
@@ -304,9 +328,9 @@ async fn the_list_stays_fast_with_100000_conversations(backend: TestBackend) {
             .expect("analyze");
     }
     let mut timings = Vec::new();
-    let root_prefix = format!("/admin/?q={}", &format!("{:064x}", 77_777)[..62]);
+    let id_prefix = format!("/admin/?q={}", &format!("{:064x}", 77_777)[..62]);
     for path in [
-        root_prefix.as_str(),
+        id_prefix.as_str(),
         "/admin/",
         "/admin/?sort=messages&dir=desc",
         "/admin/?sort=compactions&dir=asc",
@@ -355,4 +379,134 @@ fn check_config_never_prints_the_admin_token_and_a_short_one_is_refused() {
     assert_eq!(short.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&short.stderr)
         .contains("admin_token: must be at least 16 characters"));
+}
+
+/// A client that shows redirects instead of following them.
+fn browser() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client")
+}
+
+/// Logs in with `token`; the `name=value` of the cookie it set, and the
+/// whole `Set-Cookie` line.
+async fn log_in(app: &crate::helpers::app::TestApp, token: &str) -> (String, String) {
+    let response = browser()
+        .post(app.url("/admin/login"))
+        .form(&[("token", token)])
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(response.status(), 303, "logged in");
+    let line = response.headers()["set-cookie"]
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    let session = line.split(';').next().expect("name=value").to_owned();
+    (session, line)
+}
+
+async fn list_status(app: &crate::helpers::app::TestApp, session: &str) -> u16 {
+    browser()
+        .get(app.url("/admin/"))
+        .header("cookie", session)
+        .send()
+        .await
+        .expect("answers")
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn the_session_cookie_expires_and_a_new_admin_token_revokes_it() {
+    let mut app = spawn_admin_app(TestBackend::Sqlite, json!({"admin_session_ttl": "2s"})).await;
+    let (session, line) = log_in(&app, ADMIN_TOKEN).await;
+    assert!(line.contains("Max-Age=2"), "{line}");
+    assert_eq!(list_status(&app, &session).await, 200);
+    // A session whose issue time is edited is refused.
+    let (name, value) = session.split_once('=').expect("name=value");
+    let (issued, mac) = value.split_once('.').expect("issued.mac");
+    let later: u64 = issued.parse::<u64>().expect("seconds") + 3_600;
+    let forged = format!("{name}={later}.{mac}");
+    assert_eq!(
+        list_status(&app, &forged).await,
+        401,
+        "an edited issue time"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
+    assert_eq!(list_status(&app, &session).await, 401, "an expired session");
+
+    app.reconfigure(json!({"admin_session_ttl": "1h"})).await;
+    let (session, _) = log_in(&app, ADMIN_TOKEN).await;
+    assert_eq!(list_status(&app, &session).await, 200);
+    let new_token = "another-admin-token-9876543210";
+    app.reconfigure(json!({"admin_token": new_token})).await;
+    assert_eq!(
+        list_status(&app, &session).await,
+        401,
+        "a session of the old token"
+    );
+    let (session, _) = log_in(&app, new_token).await;
+    assert_eq!(list_status(&app, &session).await, 200);
+}
+
+#[tokio::test]
+async fn login_attempts_are_limited_per_client_address() {
+    let app = spawn_admin_app(TestBackend::Sqlite, json!({})).await;
+    let attempt = |token: &'static str| {
+        browser()
+            .post(app.url("/admin/login"))
+            .form(&[("token", token)])
+            .send()
+    };
+    for _ in 0..5 {
+        let wrong = attempt("not-the-token-at-all").await.expect("answers");
+        assert_eq!(wrong.status(), 401);
+    }
+    let limited = attempt(ADMIN_TOKEN).await.expect("answers");
+    assert_eq!(
+        limited.status(),
+        429,
+        "even the right token, past the limit"
+    );
+    let retry_after: u64 = limited.headers()["retry-after"]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("seconds");
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    assert!(limited.headers().get("set-cookie").is_none());
+    // Scripts with the token are not locked out.
+    let (status, _) = admin_get(&app, "/admin/").await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn the_login_page_stylesheet_loads_without_a_session() {
+    let app = spawn_admin_app(TestBackend::Sqlite, json!({})).await;
+    let login = browser()
+        .get(app.url("/admin/login"))
+        .send()
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("text");
+    let href = login
+        .split("rel=\"stylesheet\" href=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the login page links a stylesheet")
+        .replace("&#x2f;", "/");
+    let css = browser().get(app.url(&href)).send().await.expect("answers");
+    assert_eq!(css.status(), 200, "{href}");
+    assert_eq!(css.headers()["content-type"], "text/css");
+    // The page's other assets still need a session.
+    let script = browser()
+        .get(app.url("/admin/assets/chart.js"))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(script.status(), 401);
 }

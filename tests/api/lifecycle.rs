@@ -17,7 +17,7 @@ use tokio::io::AsyncWriteExt;
 
 /// The request row of the conversation labelled "recent".
 const RECENT_RECORDED: &str = "select count(*) from requests r join conversations c \
-     on c.tenant = r.tenant and c.root = r.root where c.label = 'recent'";
+     on c.tenant = r.tenant and c.conversation = r.conversation where c.label = 'recent'";
 
 both_backends!(
     conversations_idle_past_the_retention_are_deleted_and_newer_ones_kept,
@@ -49,7 +49,7 @@ async fn chat(app: &TestApp, key: &str, label: &str) {
 /// Runs the `condenser` command line on the app's database. Awaited, not
 /// blocked on: the proxy runs on this test's runtime and must be able to
 /// finish its writes while the command waits for the database.
-async fn condenser_cli(app: &TestApp, args: &[&str], stdin: &str) -> std::process::Output {
+pub async fn condenser_cli(app: &TestApp, args: &[&str], stdin: &str) -> std::process::Output {
     let mut command = tokio::process::Command::from(binary());
     let mut child = command
         .args(args)
@@ -69,15 +69,15 @@ async fn condenser_cli(app: &TestApp, args: &[&str], stdin: &str) -> std::proces
 }
 
 /// Deletes the conversation labelled `label` with `condenser conversations
-/// delete`, naming it by a prefix of its root hash as an operator would.
+/// delete`, naming it by a prefix of its id as an operator would.
 async fn delete_by_command_line(app: &TestApp, label: &str) {
     let pool = app.db.pool().await;
-    let root: String = sqlx::query_scalar("select root from conversations where label = $1")
+    let id: String = sqlx::query_scalar("select conversation from conversations where label = $1")
         .bind(label)
         .fetch_one(&pool)
         .await
-        .expect("root");
-    let output = condenser_cli(app, &["conversations", "delete", &root[..10]], "").await;
+        .expect("id");
+    let output = condenser_cli(app, &["conversations", "delete", &id[..10]], "").await;
     assert!(
         output.status.success(),
         "{}",
@@ -87,7 +87,7 @@ async fn delete_by_command_line(app: &TestApp, label: &str) {
 
 /// Rows of `table` labelled or rooted in the conversation labelled `label`.
 async fn rows_of(app: &TestApp, label: &str) -> [i64; 3] {
-    let root = format!("(select root from conversations where label = '{label}')");
+    let id = format!("(select conversation from conversations where label = '{label}')");
     [
         app.db
             .count(&format!(
@@ -101,7 +101,7 @@ async fn rows_of(app: &TestApp, label: &str) -> [i64; 3] {
             .await,
         app.db
             .count(&format!(
-                "select count(*) from requests where root in {root}"
+                "select count(*) from requests where conversation in {id}"
             ))
             .await,
     ]
@@ -256,7 +256,7 @@ async fn a_conversation_deleted_beside_the_server_is_stored_whole_when_it_goes_o
     assert_eq!(response.status(), 200);
 
     let recorded = "select count(*) from requests r join conversations c \
-         on c.tenant = r.tenant and c.root = r.root where c.label = 'doomed'";
+         on c.tenant = r.tenant and c.conversation = r.conversation where c.label = 'doomed'";
     wait_for(&app, recorded, 1).await;
     assert_eq!(
         rows_of(&app, "doomed").await,

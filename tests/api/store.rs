@@ -6,17 +6,19 @@ mod compactions;
 mod connection;
 mod coordination;
 mod messages;
+mod migration;
 mod prune;
 mod requests;
 
-use condenser::conversation::{ChainHash, TenantId};
-use condenser::store::{Compaction, NewMessage, Store, Trigger};
+use condenser::conversation::{ChainHash, ConversationId, TenantId};
+use condenser::store::{Compaction, MessageBatch, NewMessage, Store, Trigger};
 
 /// A conversation as the pipeline would hash it: a root then one message per
 /// body, each hash chained on the previous one.
 pub(super) struct Chain {
     pub(super) tenant: TenantId,
     pub(super) messages: Vec<NewMessage>,
+    hashes: Vec<ChainHash>,
 }
 
 impl Chain {
@@ -39,11 +41,40 @@ impl Chain {
                 body,
             ));
         }
-        Chain { tenant, messages }
+        let hashes = messages.iter().map(|m| m.hash).collect();
+        Chain {
+            tenant,
+            messages,
+            hashes,
+        }
     }
 
     pub(super) fn hashes(&self) -> Vec<ChainHash> {
-        self.messages.iter().map(|m| m.hash).collect()
+        self.hashes.clone()
+    }
+
+    /// The conversation a request of this chain opens, without a session.
+    pub(super) fn conversation(&self) -> ConversationId {
+        ConversationId::first_turn(&self.hashes)
+    }
+
+    /// A write of links `from..len` of a request of `len` links, for
+    /// `conversation`, as the writer hands it to the store.
+    pub(super) fn batch<'a>(
+        &'a self,
+        conversation: &'a ConversationId,
+        label: Option<&'a str>,
+        from: usize,
+        len: usize,
+    ) -> MessageBatch<'a> {
+        MessageBatch {
+            tenant: &self.tenant,
+            conversation,
+            label,
+            chain: &self.hashes[..len],
+            messages: &self.messages[from..len],
+            at_ms: 1_000 + len as i64,
+        }
     }
 }
 
@@ -108,8 +139,9 @@ pub(super) async fn persist(store: &Store, chain: &Chain, len: usize) -> u64 {
         .stored_prefix_len(&chain.tenant, hashes)
         .await
         .expect("prefix");
+    let conversation = chain.conversation();
     store
-        .insert_messages(&chain.tenant, Some("chat-1"), &chain.messages[stored..len])
+        .insert_messages(chain.batch(&conversation, Some("chat-1"), stored, len))
         .await
         .expect("insert")
 }

@@ -31,8 +31,9 @@ async fn a_long_conversation_stores_each_message_once(backend: TestBackend) {
     }
 
     assert_eq!(db.count("select count(*) from messages").await, 501);
+    let conversation = chain.conversation();
     let replay = store
-        .insert_messages(&chain.tenant, None, &chain.messages)
+        .insert_messages(chain.batch(&conversation, None, 0, 501))
         .await
         .expect("replay");
     assert_eq!(replay, 0);
@@ -69,9 +70,14 @@ async fn tenants_with_identical_messages_get_separate_rows(backend: TestBackend)
     );
     assert_eq!(persist(&store, &b, 5).await, 5);
     // Even the very same hashes are stored again under another tenant.
+    let same = Chain {
+        tenant: b.tenant.clone(),
+        ..Chain::new("key-a", &bodies(4, None))
+    };
+    let conversation = same.conversation();
     assert_eq!(
         store
-            .insert_messages(&b.tenant, None, &a.messages)
+            .insert_messages(same.batch(&conversation, None, 0, 5))
             .await
             .expect("insert"),
         5
@@ -117,8 +123,9 @@ async fn stored_text_is_exactly_the_text_written(backend: TestBackend) {
     let chain = Chain::new("key-a", &bodies);
     let label = "build \"müde\" \\ 'x' 😀";
 
+    let conversation = chain.conversation();
     let written = store
-        .insert_messages(&chain.tenant, Some(label), &chain.messages)
+        .insert_messages(chain.batch(&conversation, Some(label), 0, 1_201))
         .await
         .expect("insert");
 
