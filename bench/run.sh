@@ -13,6 +13,12 @@ PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
 # Optional: another condenser binary (e.g. built from an older commit) run
 # beside this one in the same run, as rows "baseline-sqlite/-postgres".
 BASELINE_BIN="${BASELINE_BIN:-}"
+# Optional: TRACES=1 adds this build with OTLP trace export on, every
+# request sampled (ratio 1.0), to a local sink (bench/otlp_sink.py), as rows
+# "traced-sqlite/-postgres"; the plain rows are the same build with traces off.
+TRACES="${TRACES:-}"
+# Which storage each pair runs on.
+BACKENDS="${BACKENDS:-sqlite postgres}"
 
 if ! command -v hey >/dev/null; then
   echo "bench: installing hey (load generator)"
@@ -30,28 +36,43 @@ target/release/fake-upstream --listen "127.0.0.1:$fake_port" --no-record \
 pids+=($!)
 wait_port "$fake_port"
 
-start_condenser() { # name binary database_url; port in $work/NAME.port, pid in $work/NAME.pid
+start_condenser() { # name binary database_url [VAR=value…]; port in $work/NAME.port, pid in $work/NAME.pid
   local port; port="$(free_port)"
-  CONDENSER_LISTEN="127.0.0.1:$port" DATABASE_URL="$3" \
-    CONDENSER_OPENAI_BASE_URL="http://127.0.0.1:$fake_port/v1" \
+  env CONDENSER_LISTEN="127.0.0.1:$port" DATABASE_URL="$3" \
+    CONDENSER_OPENAI_BASE_URL="http://127.0.0.1:$fake_port/v1" "${@:4}" \
     "$2" serve >"$work/$1.log" 2>&1 &
   pids+=($!)
   echo $! >"$work/$1.pid"
   echo "$port" >"$work/$1.port"
   wait_port "$port"
 }
-start_pair() { # prefix binary: one instance on SQLite, one on a fresh Postgres database
-  local database="condenser_bench_$$_${1//-/_}"
-  start_condenser "${1}sqlite" "$2" "sqlite://$work/${1}condenser.db"
-  psql -q "$PGURL/postgres" -c "create database $database" >/dev/null
-  databases+=("$database")
-  start_condenser "${1}postgres" "$2" "$PGURL/$database"
+start_pair() { # prefix binary [VAR=value…]: one instance on SQLite, one on a fresh Postgres database
+  local prefix="$1" binary="$2"; shift 2
+  local database="condenser_bench_$$_${prefix//-/_}"
+  for backend in $BACKENDS; do
+    if [ "$backend" = sqlite ]; then
+      start_condenser "${prefix}sqlite" "$binary" "sqlite://$work/${prefix}condenser.db" "$@"
+    else
+      psql -q "$PGURL/postgres" -c "create database $database" >/dev/null
+      databases+=("$database")
+      start_condenser "${prefix}postgres" "$binary" "$PGURL/$database" "$@"
+    fi
+    targets+=("$prefix$backend")
+  done
 }
-targets=(sqlite postgres)
+targets=()
 start_pair "" target/release/condenser
 if [ -n "$BASELINE_BIN" ]; then
   start_pair baseline- "$BASELINE_BIN"
-  targets+=(baseline-sqlite baseline-postgres)
+fi
+if [ -n "$TRACES" ]; then
+  sink_port="$(free_port)"
+  python3 bench/otlp_sink.py "$sink_port" "$work/sink.counts" &
+  pids+=($!)
+  wait_port "$sink_port"
+  start_pair traced- target/release/condenser \
+    OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$sink_port" \
+    OTEL_TRACES_SAMPLER=traceidratio OTEL_TRACES_SAMPLER_ARG=1.0
 fi
 
 cpu_ticks() { [ -z "$1" ] && echo 0 && return; awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -78,3 +99,13 @@ for body in small history; do
 done
 
 python3 bench/report.py "$work/runs.txt" "$(getconf CLK_TCK)"
+
+if [ -n "$TRACES" ]; then
+  sleep 6 # one export interval: the last spans leave
+  for target in "${targets[@]}"; do
+    case "$target" in traced-*) ;; *) continue ;; esac
+    port="$(cat "$work/$target.port")"
+    curl -s "http://127.0.0.1:$port/metrics" | grep '^condenser_trace_spans' | sed "s/^/$target: /"
+  done
+  echo "sink: $(cat "$work/sink.counts" 2>/dev/null || echo "0 0") (exports, bytes)"
+fi

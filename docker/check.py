@@ -5,7 +5,8 @@ the YAML parses; every path the Dockerfile copies exists and is not excluded
 by .dockerignore; the environment each file gives Condenser (Dockerfile ENV,
 compose services, the sidecar pod) passes `condenser check-config`;
 nginx's upstream servers are the compose services on the port they listen
-on. The nginx configuration itself runs for real in tests/api/fleet.rs.
+on; tracing.yaml points only compose's instances at a collector it runs.
+The nginx configuration itself runs for real in tests/api/fleet.rs.
 
 Usage: python docker/check.py path/to/condenser-binary
 """
@@ -110,6 +111,30 @@ def check_compose(binary):
         fail(f"nginx.conf servers {sorted(servers)} are not the compose instances {sorted(expected)}")
 
 
+def check_tracing(binary):
+    """docker/tracing.yaml, laid over compose.yaml: it names only existing
+    instances, points them at a collector it runs, on OTLP/HTTP's port,
+    and the merged environment still passes check-config."""
+    base = yaml.safe_load((ROOT / "docker/compose.yaml").read_text())["services"]
+    overlay = yaml.safe_load((ROOT / "docker/tracing.yaml").read_text())["services"]
+    collectors = {name for name in overlay if not name.startswith("condenser")}
+    for name, service in overlay.items():
+        if not name.startswith("condenser"):
+            continue
+        if name not in base:
+            fail(f"tracing.yaml configures {name}, which compose.yaml does not run")
+            continue
+        endpoint = service["environment"].get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+        match = re.fullmatch(r"http://([\w.-]+):4318", endpoint)
+        if not match or match.group(1) not in collectors:
+            fail(f"tracing.yaml {name}: OTEL_EXPORTER_OTLP_ENDPOINT {endpoint!r} is not a collector it runs, on 4318")
+        else:
+            ok(f"tracing.yaml {name} sends traces to {match.group(1)}:4318")
+        env = {k: expand(v) for k, v in base[name]["environment"].items()}
+        env.update({k: str(v) for k, v in service["environment"].items()})
+        check_config(binary, f"compose+tracing {name}", env, ROOT / "config/default.toml")
+
+
 def check_sidecar(binary):
     pod = yaml.safe_load((ROOT / "docker/sidecar/pod.yaml").read_text())
     for container in pod["spec"]["containers"]:
@@ -123,6 +148,7 @@ def main():
     check_dockerfile_copies()
     check_config(binary, "Dockerfile ENV", dockerfile_env(), ROOT / "config/default.toml")
     check_compose(binary)
+    check_tracing(binary)
     check_sidecar(binary)
     if failures:
         print(f"{len(failures)} deployment check(s) failed", file=sys.stderr)
