@@ -20,6 +20,7 @@
 use crate::config::{ServerSettings, Settings};
 use crate::error::ProxyErrorLog;
 use crate::state::AppState;
+use crate::upstream::routes::{Endpoint, RouteTable};
 use axum::body::Body;
 use axum::extract::Request;
 use axum::middleware::{self, Next};
@@ -27,18 +28,20 @@ use axum::response::Response;
 use axum::Router;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, RequestId, SetRequestIdLayer};
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutBody};
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnResponse, OnResponse, TraceLayer};
 
 pub struct Application {
     listener: TcpListener,
     router: Router,
     server: ServerSettings,
     shutdown_grace: Duration,
+    flush_deadline: Duration,
     background: tokio_util::task::TaskTracker,
     writer: crate::store::Writer,
 }
@@ -48,17 +51,20 @@ impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         let listener = TcpListener::bind(settings.listen).await?;
         let shutdown_grace = settings.shutdown_grace;
+        let flush_deadline = settings.storage.flush_deadline;
         let server = settings.server.clone();
         let state = AppState::new(settings).await?;
         crate::maintenance::spawn(&state.storage, &state.settings.storage);
         let background = state.background.clone();
         let writer = state.writer.clone();
+        let routes = state.routes.clone();
         Ok(Self {
             writer,
             listener,
-            router: with_layers(crate::http::router(state), &server),
+            router: with_layers(crate::http::router(state), &server, routes),
             server,
             shutdown_grace,
+            flush_deadline,
             background,
         })
     }
@@ -74,8 +80,9 @@ impl Application {
     }
 
     /// Serves until `shutdown` resolves, then lets in-flight requests (and
-    /// streams) and their background work (persisting what they carried)
-    /// finish, for at most the configured grace period in all.
+    /// streams) and their background work finish, for at most the
+    /// configured grace period in all; then writes what they queued, past
+    /// the grace period if need be, within `storage.flush_deadline`.
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -91,13 +98,11 @@ impl Application {
             let _ = stopping_tx.send(());
         };
         let background = self.background.clone();
-        let writer = self.writer.clone();
+        let (writer, flush_deadline) = (self.writer.clone(), self.flush_deadline);
         let drained = async move {
             crate::http::serve::serve(self.listener, self.router, &self.server, signal).await;
             background.close();
             background.wait().await;
-            // The requests are done; what they queued is written before exit.
-            writer.flush().await;
             Ok(())
         };
         let deadline = async move {
@@ -106,13 +111,17 @@ impl Application {
                 Err(_) => std::future::pending().await,
             }
         };
-        tokio::select! {
+        let served = tokio::select! {
             served = drained => served,
             () = deadline => {
                 tracing::warn!("shutdown grace period over: closing the remaining connections");
                 Ok(())
             }
-        }
+        };
+        // Answered requests' messages are written before exit, however
+        // long the streams took: a commit under way completes.
+        flush_before_exit(&writer, flush_deadline).await;
+        served
     }
 
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
@@ -120,11 +129,54 @@ impl Application {
     }
 }
 
-fn with_layers(router: Router, server: &ServerSettings) -> Router {
+/// Writes what is queued, for at most `deadline`; logs what could not be
+/// written, with counts.
+async fn flush_before_exit(writer: &crate::store::Writer, deadline: Duration) {
+    let before = writer.backlog();
+    if tokio::time::timeout(deadline, writer.flush())
+        .await
+        .is_err()
+    {
+        let left = writer.backlog();
+        tracing::error!(
+            requests = left.message_writes,
+            message_bytes = left.message_bytes,
+            records = left.records,
+            deadline_seconds = deadline.as_secs_f64(),
+            "shutdown: queued writes not written within storage.flush_deadline, lost: \
+             each conversation's next request stores its messages again"
+        );
+        return;
+    }
+    let failed = writer.backlog().failed_writes - before.failed_writes;
+    if failed > 0 {
+        tracing::warn!(
+            requests = failed,
+            "shutdown: some queued messages could not be written: \
+             each conversation's next request stores them again"
+        );
+    } else if before.message_writes + before.records > 0 {
+        tracing::info!(
+            requests = before.message_writes,
+            records = before.records,
+            "shutdown: queued writes written"
+        );
+    }
+}
+
+fn with_layers(router: Router, server: &ServerSettings, routes: Arc<RouteTable>) -> Router {
+    let trace = TraceLayer::new_for_http()
+        .make_span_with(move |request: &Request| request_span(request, &routes))
+        .on_response(
+            |response: &Response, latency: Duration, span: &tracing::Span| {
+                crate::telemetry::server::answered(span, response.status());
+                DefaultOnResponse::default().on_response(response, latency, span);
+            },
+        );
     router.layer(
         ServiceBuilder::new()
             .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-            .layer(TraceLayer::new_for_http().make_span_with(request_span))
+            .layer(trace)
             .layer(middleware::from_fn(echo_request_id))
             .layer(RequestBodyTimeoutLayer::new(server.body_read_timeout))
             .map_request(|request: http::Request<TimeoutBody<Body>>| request.map(Body::new))
@@ -132,14 +184,38 @@ fn with_layers(router: Router, server: &ServerSettings) -> Router {
     )
 }
 
-/// The query string is left out: some APIs take keys there.
-fn request_span(request: &Request) -> tracing::Span {
+/// The query string is left out: some APIs take keys there. Exported,
+/// it is also the server span (`telemetry::server`).
+fn request_span(request: &Request, routes: &RouteTable) -> tracing::Span {
     let request_id = request
         .extensions()
         .get::<RequestId>()
         .and_then(|id| id.header_value().to_str().ok())
         .unwrap_or_default();
-    tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id = %request_id)
+    let span = tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path = %request.uri().path(),
+        request_id = %request_id,
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+    );
+    if crate::telemetry::exporting() {
+        crate::telemetry::server::started(&span, request, http_route(request, routes));
+    }
+    span
+}
+
+/// The route of a request, as the server span names it: an operational
+/// route's pattern, or a chat endpoint's path; none for what is forwarded
+/// untouched, whose paths are the client's to make up.
+fn http_route<'r>(request: &'r Request, routes: &RouteTable) -> Option<&'r str> {
+    if let Some(matched) = request.extensions().get::<axum::extract::MatchedPath>() {
+        return Some(matched.as_str());
+    }
+    let uri = request.uri();
+    let route = routes.resolve(request.method(), uri.path(), None, request.headers());
+    (route.endpoint != Endpoint::Passthrough).then_some(uri.path())
 }
 
 /// The client's id is the one echoed, whatever the upstream answered: an

@@ -31,6 +31,8 @@ pub const ENV_ALIASES: &[(&str, &str)] = &[
     ("DATABASE_URL", "database_url"),
     ("CONDENSER_OPENAI_BASE_URL", "openai_base_url"),
     ("CONDENSER_ANTHROPIC_BASE_URL", "anthropic_base_url"),
+    ("CONDENSER_OLLAMA_BASE_URL", "ollama.base_url"),
+    ("CONDENSER_GEMINI_BASE_URL", "gemini_base_url"),
     ("CONDENSER_LOG_FORMAT", "log_format"),
     ("CONDENSER_MAX_COMPACTIONS", "compaction.max_compactions"),
     (
@@ -56,6 +58,12 @@ pub struct Settings {
     pub openai_base_url: String,
     #[serde(default = "defaults::anthropic_base_url")]
     pub anthropic_base_url: String,
+    #[serde(default = "defaults::gemini_base_url")]
+    pub gemini_base_url: String,
+    /// The local Ollama server whose own paths (`/api/…`) Condenser serves
+    /// at its root.
+    #[serde(default)]
+    pub ollama: OllamaSettings,
     /// More upstreams, each under its own path prefix.
     #[serde(default)]
     pub upstreams: Vec<UpstreamSettings>,
@@ -82,6 +90,23 @@ pub struct Settings {
     /// Opens the operator page at `/admin/`; unset (or empty), it is a 404.
     #[serde(default)]
     pub admin_token: Option<Secret>,
+    /// How long an operator page session lasts after logging in.
+    #[serde(default = "defaults::admin_session_ttl", with = "humantime_serde")]
+    pub admin_session_ttl: Duration,
+    /// What exported traces carry. Export itself is configured by the
+    /// standard `OTEL_*` variables (README, "Traces").
+    #[serde(default)]
+    pub traces: TraceSettings,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceSettings {
+    /// Message content in spans (`gen_ai.input.messages`,
+    /// `gen_ai.system_instructions`, `gen_ai.output.messages`): off unless
+    /// set, as the GenAI conventions recommend.
+    #[serde(default)]
+    pub capture_message_content: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -100,6 +125,23 @@ pub struct UpstreamSettings {
     pub protocol: Protocol,
     /// Requests under this path (e.g. `/groq`) go to this upstream, prefix removed.
     pub path_prefix: String,
+    /// The window its models are served with when a request sets none (a
+    /// local server's default, e.g. Ollama's `num_ctx`).
+    #[serde(default)]
+    pub default_context_window: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OllamaSettings {
+    #[serde(default = "defaults::ollama_base_url")]
+    pub base_url: String,
+    /// Ollama's `num_ctx` when a request sets none: 4,096 on a machine
+    /// without a large GPU since Ollama 0.6.7 (2,048 before; 32,768 or
+    /// more with 24 GiB of VRAM from 0.15.5). Set it to what the server
+    /// runs with (`OLLAMA_CONTEXT_LENGTH`).
+    #[serde(default = "defaults::ollama_context_window")]
+    pub default_context_window: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -148,6 +190,10 @@ pub struct StorageSettings {
     /// forwarded unstored (degraded) and its next request stores them.
     #[serde(default = "defaults::write_queue_bytes")]
     pub write_queue_bytes: usize,
+    /// On shutdown, how long what is queued may take to be written once
+    /// the requests in flight are done, or `shutdown_grace` is over.
+    #[serde(default = "defaults::flush_deadline", with = "humantime_serde")]
+    pub flush_deadline: Duration,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -23,10 +23,18 @@ pub enum ProxyError {
     BodyRead(String),
     #[error("the request body stopped arriving (server.body_read_timeout)")]
     BodyTimeout,
+    #[error("the request body took longer than {}s to arrive (server.body_total_timeout)", limit.as_secs_f64())]
+    BodyDeadline { limit: Duration },
+    #[error("too many request bytes are being read at once (server.max_inflight_body_bytes): retry after {}s", retry_after.as_secs())]
+    Overloaded { retry_after: Duration },
     #[error("{0} is not supported: Condenser forwards API requests, not tunnels")]
     MethodNotAllowed(&'static str),
     #[error("request target not forwarded: {0}")]
     BadTarget(&'static str),
+    /// The request's own work ended without an answer (a stream already
+    /// committed by keep-alives can only report it in-band).
+    #[error("condenser: the request failed")]
+    Internal,
 }
 
 impl ProxyError {
@@ -37,7 +45,9 @@ impl ProxyError {
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyRead(_) | Self::BadTarget(_) => StatusCode::BAD_REQUEST,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
-            Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::BodyTimeout | Self::BodyDeadline { .. } => StatusCode::REQUEST_TIMEOUT,
+            Self::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -49,9 +59,11 @@ impl ProxyError {
             Self::UpstreamIdle { .. } => "upstream_idle",
             Self::BodyTooLarge { .. } => "body_too_large",
             Self::BodyRead(_) => "body_read",
-            Self::BodyTimeout => "body_timeout",
+            Self::BodyTimeout | Self::BodyDeadline { .. } => "body_timeout",
+            Self::Overloaded { .. } => "overloaded",
             Self::MethodNotAllowed(_) => "method_not_allowed",
             Self::BadTarget(_) => "bad_request_target",
+            Self::Internal => "internal",
         }
     }
 
@@ -69,6 +81,24 @@ impl ProxyError {
                 "type": self.anthropic_type(),
                 "message": message,
             }}),
+            // Ollama's errors are one string (docs/api/errors.mdx).
+            Protocol::Ollama => json!({"error": message}),
+            // Google's: google.rpc.Status as JSON.
+            Protocol::Gemini => json!({"error": {
+                "code": self.status().as_u16(),
+                "message": message,
+                "status": self.google_status(),
+            }}),
+        }
+    }
+
+    /// The `google.rpc.Code` name Google's APIs give this status.
+    fn google_status(&self) -> &'static str {
+        match self.status().as_u16() {
+            400 | 405 | 413 => "INVALID_ARGUMENT",
+            408 | 504 => "DEADLINE_EXCEEDED",
+            503 => "UNAVAILABLE",
+            _ => "INTERNAL",
         }
     }
 
@@ -77,6 +107,7 @@ impl ProxyError {
             Self::BodyTooLarge { .. }
             | Self::BodyRead(_)
             | Self::BodyTimeout
+            | Self::BodyDeadline { .. }
             | Self::MethodNotAllowed(_)
             | Self::BadTarget(_) => "invalid_request_error",
             _ => "api_error",
@@ -89,10 +120,21 @@ impl ProxyError {
             Self::BodyRead(_) | Self::MethodNotAllowed(_) | Self::BadTarget(_) => {
                 "invalid_request_error"
             }
-            Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } | Self::BodyTimeout => {
-                "timeout_error"
-            }
-            Self::UpstreamUnreachable { .. } => "api_error",
+            Self::UpstreamTimeout { .. }
+            | Self::UpstreamIdle { .. }
+            | Self::BodyTimeout
+            | Self::BodyDeadline { .. } => "timeout_error",
+            Self::UpstreamUnreachable { .. } | Self::Internal => "api_error",
+            // What Anthropic answers when it is overloaded; its SDK retries it.
+            Self::Overloaded { .. } => "overloaded_error",
+        }
+    }
+
+    /// When the client may try again, for errors that pass.
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Overloaded { retry_after } => Some(*retry_after),
+            _ => None,
         }
     }
 
@@ -147,6 +189,9 @@ impl IntoResponse for ProtocolError {
             "x-condenser-error",
             HeaderValue::from_static(self.error.kind()),
         );
+        if let Some(after) = self.error.retry_after() {
+            headers.insert(http::header::RETRY_AFTER, after.as_secs().max(1).into());
+        }
         response.extensions_mut().insert(ProxyErrorLog {
             kind: self.error.kind(),
             message: self.error.to_string(),
@@ -173,6 +218,22 @@ mod tests {
         assert_eq!(body["error"]["type"], "api_error");
         assert!(body["error"]["param"].is_null());
         assert_eq!(body["error"]["code"], "upstream_unreachable");
+    }
+
+    #[test]
+    fn overloaded_is_a_503_with_retry_after_in_each_shape() {
+        let error = || ProxyError::Overloaded {
+            retry_after: Duration::from_secs(1),
+        };
+        assert_eq!(
+            error().body(Protocol::Openai)["error"]["code"],
+            "overloaded"
+        );
+        let anthropic = error().body(Protocol::Anthropic);
+        assert_eq!(anthropic["error"]["type"], "overloaded_error");
+        let response = error().into_response_for(Protocol::Openai);
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[http::header::RETRY_AFTER], "1");
     }
 
     #[test]

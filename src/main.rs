@@ -1,11 +1,13 @@
 //! Beside the flow, the process: the entry point.
 //!
-//! Thin entry point: parse flags, load settings, start telemetry, run.
+//! Thin entry point: parse flags, load settings, start telemetry (logs,
+//! and traces when an OTLP endpoint is set), run, flush the traces.
 
 use clap::Parser;
 use condenser::app::Application;
 use condenser::cli::{Cli, Command};
 use condenser::config::Settings;
+use condenser::telemetry::Traces;
 use std::process::ExitCode;
 
 /// mimalloc returns freed memory to the system within moments; glibc's
@@ -24,14 +26,33 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let subscriber = condenser::telemetry::get_subscriber(
+    let command = cli.command.unwrap_or(Command::Serve);
+    // Traces are the server's: the other commands export none.
+    let traces = match command {
+        Command::Serve => match Traces::from_env() {
+            Ok(traces) => traces,
+            Err(error) => {
+                eprintln!("condenser: {error}");
+                return ExitCode::from(2);
+            }
+        },
+        _ => None,
+    };
+    condenser::telemetry::capture_content(settings.traces.capture_message_content);
+    let subscriber = condenser::telemetry::subscriber_with_traces(
         settings.log_format,
         "info",
         std::io::stderr,
         condenser::telemetry::stderr_takes_colors(),
+        traces.as_ref(),
     );
     condenser::telemetry::init(subscriber);
-    match run(cli.command.unwrap_or(Command::Serve), settings).await {
+    let ran = run(command, settings).await;
+    // After the server drained: the last requests' spans are sent.
+    if let Some(traces) = traces {
+        traces.shutdown().await;
+    }
+    match ran {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("condenser: {error:#}");

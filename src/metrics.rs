@@ -122,6 +122,14 @@ fn describe() {
         Unit::Seconds,
         "Storage operation latency, by operation."
     );
+    describe_counter!(
+        "condenser_trace_spans_exported_total",
+        "Spans the OTLP collector accepted (traces on)."
+    );
+    describe_counter!(
+        "condenser_trace_spans_dropped_total",
+        "Spans lost, by reason: queue_full (the export queue was full), export_failed (the collector did not take them)."
+    );
 }
 
 pub async fn render(State(handle): State<PrometheusHandle>) -> impl IntoResponse {

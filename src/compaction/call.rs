@@ -9,13 +9,23 @@ use super::fit;
 use super::summarize::{Summarizer, SummaryBudget, SummaryError};
 use crate::overflow::OverflowSignal;
 use crate::protocol::{OutputField, SummaryCall, SUMMARY_MARKER};
+use crate::store::CompactionFailure;
+use crate::telemetry::genai;
 use http::{HeaderValue, Method};
 use serde_json::Value;
+use std::sync::atomic::Ordering;
+use tracing::Instrument;
 
 /// Room for reasoning grows by this factor when a reasoning model spent
 /// all of it before writing a word (OpenAI: `finish_reason: "length"`
 /// with empty content, or `status: "incomplete"`).
 const REASONING_GROWTH: u64 = 4;
+
+/// Answers one summary call may ask for: the first, once more with the
+/// other output-limit field when the model refused one, once more with more
+/// room when a reasoning model spent it all. Each is bounded by the
+/// summarizer's timeout.
+pub(super) const ASKS_PER_CALL: u32 = 3;
 
 pub(super) enum CallError {
     /// The call overflowed the summarizer's window; the size sent.
@@ -49,8 +59,7 @@ impl Summarizer<'_> {
     ) -> Result<String, CallError> {
         let known_field = self
             .sizes
-            .get(&self.route.upstream.name, self.model)
-            .output_field;
+            .output_field(&self.route.upstream.name, self.model);
         let mut call = SummaryCall {
             model: self.model,
             instructions: budget.prompt(),
@@ -105,12 +114,22 @@ impl Summarizer<'_> {
     async fn ask(&self, call: &SummaryCall<'_>) -> Result<Answer, CallError> {
         let body = self.adapter.summary_request(self.request, call).to_string();
         let sent_bytes = body.len();
-        let (status, bytes) = self.send(body).await.map_err(CallError::Failed)?;
+        let span = self.span(call);
+        genai::sent(&span, body.as_bytes());
+        self.calls_made.fetch_add(1, Ordering::Relaxed);
+        let sent = self.send(body).instrument(span.clone()).await;
+        let (status, bytes) = sent.map_err(|error| {
+            genai::failed(&span, error.kind().as_str());
+            CallError::Failed(error)
+        })?;
         let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
+        let code = http::StatusCode::from_u16(status).unwrap_or_default();
         if status != 200 {
             if let Some(signal) = self.overflow.detect(status, &bytes) {
+                genai::overflowed(&span, code, &signal.signature.to_string());
                 return Err(CallError::Overflow(signal, sent_bytes));
             }
+            genai::status(&span, code);
             let message = String::from_utf8_lossy(&bytes).chars().take(300).collect();
             let error = SummaryError::Upstream { status, message };
             let refused = parsed.as_ref().and_then(|p| self.adapter.refused_field(p));
@@ -119,12 +138,37 @@ impl Summarizer<'_> {
                 None => Err(CallError::Failed(error)),
             };
         }
-        let parsed = parsed.ok_or(CallError::Failed(SummaryError::Empty))?;
+        let parsed = parsed.ok_or_else(|| {
+            genai::failed(&span, CompactionFailure::Empty.as_str());
+            CallError::Failed(SummaryError::Empty)
+        })?;
+        self.traced(&span, &parsed);
         match self.adapter.response_text(&parsed) {
             Some(text) => Ok(Answer::Text(text)),
             None if self.adapter.ran_out(&parsed) => Ok(Answer::RanOut),
             None => Err(CallError::Failed(SummaryError::Empty)),
         }
+    }
+
+    /// A span for one summary call, beneath the compaction's.
+    fn span(&self, call: &SummaryCall<'_>) -> tracing::Span {
+        let asked = genai::Asked {
+            model: call.model,
+            max_tokens: Some(call.output_limit()),
+            stream: false,
+        };
+        genai::call_span(self.origin, genai::Call::Summary, &asked)
+    }
+
+    /// What a 200 answer says, on the call's span.
+    fn traced(&self, span: &tracing::Span, parsed: &Value) {
+        let Some(mut answer) = genai::Answer::new(span) else {
+            return;
+        };
+        genai::status(span, http::StatusCode::OK);
+        answer.observe_whole(parsed);
+        let usage = crate::tokens::usage::value_usage(self.adapter, parsed);
+        answer.finish(usage.as_ref());
     }
 
     async fn send(&self, body: String) -> Result<(u16, bytes::Bytes), SummaryError> {
@@ -136,10 +180,14 @@ impl Summarizer<'_> {
         ] {
             headers.insert(name, HeaderValue::from_static(value));
         }
-        let (upstream, url) = (&self.route.upstream, &self.route.url);
-        let send = self
-            .client
-            .send(upstream, Method::POST, url, headers, body.into());
+        let url = self.adapter.summary_url(&self.route.url, self.model);
+        let send = self.client.send(
+            &self.route.upstream,
+            Method::POST,
+            &url,
+            headers,
+            body.into(),
+        );
         tokio::time::timeout(self.timeout, async {
             let response = send
                 .await

@@ -17,6 +17,7 @@ use crate::upstream::routes::Route;
 use crate::upstream::UpstreamClient;
 use http::HeaderMap;
 use serde_json::Value;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 /// The instructions of every summary call.
@@ -47,6 +48,24 @@ const MAX_SHRINKS: usize = 2;
 /// upstream, a reset connection), after waits of 0.5 s and then 1 s.
 const MAX_TRANSIENT_RETRIES: u32 = 2;
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+
+/// The longest one compaction's summary may legitimately take with
+/// `max_calls` summary calls of at most `timeout` each: its chunks, plus
+/// the calls that overflowed ([`MAX_SHRINKS`]) and those that failed in
+/// passing ([`MAX_TRANSIENT_RETRIES`]), each asked up to
+/// [`call::ASKS_PER_CALL`] times, and the backoffs between the retries.
+/// Whoever waits for another summarizer waits at least this long.
+pub fn longest_summary(timeout: Duration, max_calls: usize) -> Duration {
+    let calls = u32::try_from(max_calls)
+        .unwrap_or(u32::MAX)
+        .saturating_add(MAX_SHRINKS as u32)
+        .saturating_add(MAX_TRANSIENT_RETRIES);
+    let asks = calls.saturating_mul(call::ASKS_PER_CALL);
+    let backoffs: Duration = (0..MAX_TRANSIENT_RETRIES)
+        .map(|retry| FIRST_BACKOFF * 2u32.pow(retry))
+        .sum();
+    timeout.saturating_mul(asks).saturating_add(backoffs)
+}
 
 /// Why a summary could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -160,6 +179,10 @@ pub struct Summarizer<'a> {
     pub model: &'a str,
     pub budget: SummaryBudget,
     pub timeout: Duration,
+    /// What the summary calls' spans share with the request's.
+    pub origin: &'a crate::telemetry::genai::Origin,
+    /// Summary calls sent so far, each answered or not.
+    pub calls_made: AtomicU32,
 }
 
 /// A written summary and what it cost.
@@ -169,6 +192,11 @@ pub struct Written {
 }
 
 impl Summarizer<'_> {
+    /// Summary calls sent so far.
+    pub fn calls_made(&self) -> u32 {
+        self.calls_made.load(Ordering::Relaxed)
+    }
+
     /// `messages` as the transcript entries summary calls carry.
     pub fn transcript(&self, messages: &[Value]) -> Vec<String> {
         messages
@@ -330,6 +358,7 @@ mod tests {
             limit: Some(2048),
             actual: Some(3000),
             requested_output: None,
+            matched: None,
         };
         let shrunk = start.shrunk(&signal, 6000);
         assert_eq!(shrunk.window, 2048);

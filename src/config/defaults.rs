@@ -17,6 +17,15 @@ pub fn openai_base_url() -> String {
 pub fn anthropic_base_url() -> String {
     "https://api.anthropic.com".into()
 }
+pub fn gemini_base_url() -> String {
+    "https://generativelanguage.googleapis.com".into()
+}
+pub fn ollama_base_url() -> String {
+    "http://127.0.0.1:11434".into()
+}
+pub fn ollama_context_window() -> u64 {
+    4096
+}
 /// Generous: agent requests with images and long tool output reach several MB.
 pub fn max_body_bytes() -> usize {
     32 * 1024 * 1024
@@ -52,6 +61,16 @@ pub fn degraded_retry() -> Duration {
 }
 pub fn write_queue_bytes() -> usize {
     64 * 1024 * 1024
+}
+/// A group commit takes milliseconds; seconds cover a database that is
+/// slow at that moment, and still fit a container's stop timeout.
+pub fn flush_deadline() -> Duration {
+    Duration::from_secs(5)
+}
+
+/// A working day: long enough not to log an operator out mid-task.
+pub fn admin_session_ttl() -> Duration {
+    Duration::from_secs(12 * 3600)
 }
 
 pub fn maintenance_interval() -> Duration {
@@ -108,6 +127,7 @@ impl Default for super::StorageSettings {
             prune_branches_after: None,
             maintenance_interval: maintenance_interval(),
             write_queue_bytes: write_queue_bytes(),
+            flush_deadline: flush_deadline(),
         }
     }
 }
@@ -125,6 +145,15 @@ impl Default for super::CompactionSettings {
             summary_timeout: summary_timeout(),
             max_summary_calls: max_summary_calls(),
             proactive_threshold: proactive_threshold(),
+        }
+    }
+}
+
+impl Default for super::OllamaSettings {
+    fn default() -> Self {
+        Self {
+            base_url: ollama_base_url(),
+            default_context_window: ollama_context_window(),
         }
     }
 }

@@ -38,9 +38,11 @@ impl Settings {
     pub fn validate(&self) -> Result<(), ConfigError> {
         check_base_url("openai_base_url", &self.openai_base_url)?;
         check_base_url("anthropic_base_url", &self.anthropic_base_url)?;
+        check_base_url("ollama.base_url", &self.ollama.base_url)?;
+        check_base_url("gemini_base_url", &self.gemini_base_url)?;
         check_database_url(&self.database_url)?;
         self.validate_upstreams()?;
-        self.server.validate()?;
+        self.server.validate(self.max_body_bytes)?;
         self.compaction.validate()?;
         if self.max_body_bytes < 1024 {
             return Err(ConfigError::invalid(
@@ -115,10 +117,24 @@ impl Settings {
                 "must be at least 16 characters",
             ));
         }
+        let ttl = self.admin_session_ttl;
+        if !(Duration::from_secs(1)..=Duration::from_secs(30 * 86_400)).contains(&ttl) {
+            return Err(ConfigError::invalid(
+                "admin_session_ttl",
+                "must be between 1s and 30d",
+            ));
+        }
         if self.storage.maintenance_interval.is_zero() {
             return Err(ConfigError::invalid(
                 "storage.maintenance_interval",
                 "must be more than zero",
+            ));
+        }
+        let flush = self.storage.flush_deadline;
+        if !(Duration::from_millis(1)..=Duration::from_secs(600)).contains(&flush) {
+            return Err(ConfigError::invalid(
+                "storage.flush_deadline",
+                "must be between 1ms and 10m",
             ));
         }
         Ok(())

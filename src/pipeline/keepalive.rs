@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
-pub const KEEPALIVE_COMMENT: &[u8] = b": condenser is compacting the conversation\n\n";
+pub const KEEPALIVE_COMMENT: &[u8] = crate::protocol::SSE_KEEPALIVE;
 
 /// Waits for `work`; if it starts compacting and runs one `interval` past
 /// that, answers with an event stream fed by keep-alives and then by it.
@@ -82,7 +82,7 @@ fn commit_early(work: Work, interval: Duration, adapter: &'static dyn Adapter) -
     let headers = response.headers_mut();
     headers.insert(
         http::header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
+        HeaderValue::from_static(adapter.stream_content_type()),
     );
     headers.insert(
         http::header::CACHE_CONTROL,
@@ -101,7 +101,9 @@ async fn feed(
     interval: Duration,
     adapter: &'static dyn Adapter,
 ) {
-    let _ = sender.send(Ok(Bytes::from_static(KEEPALIVE_COMMENT))).await;
+    let _ = sender
+        .send(Ok(Bytes::from_static(adapter.keepalive())))
+        .await;
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     let finished = loop {
         tokio::select! {
@@ -109,19 +111,19 @@ async fn feed(
             _ = ticks.tick() => {
                 // A closed channel means the client left; the work goes on
                 // so what it compacted is stored for the next request.
-                let _ = sender.send(Ok(Bytes::from_static(KEEPALIVE_COMMENT))).await;
+                let _ = sender.send(Ok(Bytes::from_static(adapter.keepalive()))).await;
             }
         }
     };
     let Ok((response, report)) = finished else {
         tracing::error!("request failed after keep-alives were sent");
-        let error = serde_json::json!({"type": "error", "error": {"type": "api_error", "message": "condenser: request failed"}});
+        let error = crate::error::ProxyError::Internal.body(adapter.protocol());
         let _ = sender
             .send(Ok(adapter.stream_error_event(&error).into()))
             .await;
         return;
     };
-    let trailer = format!(": condenser compactions={}\n\n", report.compactions);
+    let trailer = adapter.stream_trailer(report.compactions);
     if response.status().is_success() {
         let mut body = response.into_body().into_data_stream();
         while let Some(chunk) = body.next().await {
@@ -135,7 +137,9 @@ async fn feed(
                 return;
             }
         }
-        let _ = sender.send(Ok(trailer.into())).await;
+        if let Some(trailer) = trailer {
+            let _ = sender.send(Ok(trailer.into())).await;
+        }
         return;
     }
     let body = response

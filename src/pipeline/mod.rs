@@ -27,11 +27,13 @@ pub use keepalive::KEEPALIVE_COMMENT;
 pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -> Response {
     let adapter = route.adapter();
     let salt = state.settings.storage.tenant_salt.as_bytes();
-    let identified = adapter.outline(body.clone()).and_then(|outline| {
+    let credentials = query_key(&parts).unwrap_or_else(|| parts.headers.clone());
+    let outlined = adapter.outline_at(body.clone(), parts.uri.path());
+    let identified = outlined.and_then(|outline| {
         crate::conversation::identify::conversation(
             adapter,
             salt,
-            &parts.headers,
+            &credentials,
             outline,
             Some(&state.chain_memo),
         )
@@ -44,15 +46,12 @@ pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -
             .await;
     };
     let chat = std::sync::Arc::new(chat);
-    let persisted = persist::queue(
-        &state.writer,
-        &state.storage,
-        adapter,
-        &conversation,
-        &chat,
-        body.len(),
-    );
-    let observed = observe::Observed::new(state, &route.upstream.name, &chat.model, &conversation);
+    let arrived_at_ms = crate::store::now_ms();
+    let (writer, storage) = (&state.writer, &state.storage);
+    let persist = persist::Persist::new(writer, storage, adapter, body.len(), arrived_at_ms);
+    let upstream = &route.upstream.name;
+    let observed =
+        observe::Observed::new(state, upstream, &chat.model, &conversation, arrived_at_ms);
     let stream = chat.stream;
     let incoming = Incoming {
         route,
@@ -63,7 +62,7 @@ pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -
         conversation,
     };
     let (compacting_tx, compacting_rx) = tokio::sync::watch::channel(false);
-    let exchange = Exchange::new(state.clone(), incoming, persisted).signalling(compacting_tx);
+    let exchange = Exchange::new(state.clone(), incoming, persist).signalling(compacting_tx);
     let work = work::Work::new(
         observed.after(exchange.run()).in_current_span(),
         compacting_rx.clone(),
@@ -76,4 +75,20 @@ pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -
         std::time::Duration::ZERO
     };
     keepalive::respond(work, compacting_rx, keepalive_interval, adapter).await
+}
+
+/// Google's APIs also take the key as `?key=`: identity reads it as the
+/// header it stands for. Only for identity: the request goes upstream as
+/// it came, and no log line holds a query string.
+fn query_key(parts: &Parts) -> Option<http::HeaderMap> {
+    let query = parts.uri.query()?;
+    let key = url::form_urlencoded::parse(query.as_bytes())
+        .find(|(name, _)| name == "key")
+        .map(|(_, value)| value.into_owned())?;
+    if parts.headers.contains_key("x-goog-api-key") {
+        return None;
+    }
+    let mut headers = parts.headers.clone();
+    headers.insert("x-goog-api-key", http::HeaderValue::from_str(&key).ok()?);
+    Some(headers)
 }

@@ -23,10 +23,19 @@ pub struct Observed {
 }
 
 impl Observed {
-    pub fn new(state: &AppState, upstream: &str, model: &str, conversation: &Conversation) -> Self {
+    /// `arrived_at_ms` is the request's arrival, as its messages' write
+    /// has it too: the figures of the newest request by arrival are the
+    /// conversation's.
+    pub fn new(
+        state: &AppState,
+        upstream: &str,
+        model: &str,
+        conversation: &Conversation,
+        arrived_at_ms: i64,
+    ) -> Self {
         Self {
             id: uuid::Uuid::now_v7(),
-            arrived_at_ms: crate::store::now_ms(),
+            arrived_at_ms,
             state: state.clone(),
             upstream: upstream.to_owned(),
             model: model.to_owned(),
@@ -42,7 +51,8 @@ impl Observed {
         let (response, mut report) = exchange.await;
         let status = response.status().as_u16();
         let usage = report.usage.take();
-        let known = self.state.sizes.get(&self.upstream, &self.model);
+        let tenant = &self.conversation.tenant;
+        let known = self.state.sizes.get(&self.upstream, &self.model, tenant);
         let estimated = known
             .calibration
             .unwrap_or_default()
@@ -51,6 +61,7 @@ impl Observed {
             id: self.id,
             arrived_at_ms: self.arrived_at_ms,
             tenant: self.conversation.tenant,
+            conversation: self.conversation.id,
             chain: self.conversation.chain,
             label: self.conversation.label,
             model: self.model,
@@ -66,7 +77,8 @@ impl Observed {
             compaction_error: report.compaction_error,
             degraded: report.degraded.is_some(),
         };
-        if self.state.storage.store().is_none() {
+        // A request the upstream refused leaves no trace in the store.
+        if self.state.storage.store().is_none() || !report.accepted {
             return (response, report);
         }
         let writer = self.state.writer.clone();

@@ -77,6 +77,20 @@ impl Adapter for Anthropic {
         })
     }
 
+    /// Image and document blocks, and Anthropic's server tools (their
+    /// type names end in a date, `web_search_20250305`).
+    fn non_text_markers(&self) -> &'static [&'static str] {
+        &[
+            "\"image\"",
+            "\"document\"",
+            "\"web_search_20",
+            "\"web_fetch_20",
+            "\"code_execution_20",
+            "\"computer_20",
+            "\"mcp_servers\"",
+        ]
+    }
+
     fn ran_out(&self, response: &Value) -> bool {
         response.get("stop_reason") == Some(&json!("max_tokens"))
     }
@@ -217,9 +231,11 @@ fn usage_of(usage: &Value) -> Option<Usage> {
         + count("cache_creation_input_tokens")
         + count("cache_read_input_tokens");
     let output = count("output_tokens");
+    // Cache reads and writes are counted into the input already.
     (input > 0 || output > 0).then_some(Usage {
         input_tokens: input,
         output_tokens: output,
+        cached_tokens: 0,
     })
 }
 

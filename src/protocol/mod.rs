@@ -6,8 +6,10 @@
 
 pub mod anthropic;
 pub mod canonical;
+pub mod gemini;
 mod head;
 pub mod models;
+pub mod ollama;
 pub mod openai;
 mod request;
 pub mod responses;
@@ -23,6 +25,10 @@ use serde::Deserialize;
 /// the test upstream) recognise it.
 pub const SUMMARY_MARKER: &str = "[condenser:summary]";
 
+/// An SSE comment: every SSE client skips it, and it keeps a connection
+/// and its user waiting on a summary.
+pub const SSE_KEEPALIVE: &[u8] = b": condenser is compacting the conversation\n\n";
+
 /// The API dialect an upstream speaks, and so the shape of its errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -31,6 +37,10 @@ pub enum Protocol {
     Openai,
     /// Anthropic Messages.
     Anthropic,
+    /// Ollama's native API (`/api/chat`).
+    Ollama,
+    /// Google's Gemini API (`models/{model}:generateContent`).
+    Gemini,
 }
 
 impl Protocol {
@@ -38,6 +48,8 @@ impl Protocol {
         match self {
             Self::Openai => "openai",
             Self::Anthropic => "anthropic",
+            Self::Ollama => "ollama",
+            Self::Gemini => "gemini",
         }
     }
 
@@ -45,6 +57,8 @@ impl Protocol {
         match self {
             Self::Openai => &openai::OpenAi,
             Self::Anthropic => &anthropic::Anthropic,
+            Self::Ollama => &ollama::Ollama,
+            Self::Gemini => &gemini::Gemini,
         }
     }
 }
@@ -63,6 +77,11 @@ pub struct Usage {
     /// holds.
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Prompt tokens the upstream served from its cache, where it reports
+    /// them apart (`prompt_tokens_details.cached_tokens`). Some servers
+    /// count them in the input, some do not: whoever compares the input
+    /// with what was sent adds them, to err towards the larger count.
+    pub cached_tokens: u64,
 }
 
 impl Usage {
@@ -70,9 +89,16 @@ impl Usage {
     /// input count is required.
     fn read(usage: &Value, input: &str, output: &str) -> Option<Usage> {
         let count = |key: &str| usage.get(key).and_then(Value::as_u64);
+        let cached = [
+            "/prompt_tokens_details/cached_tokens",
+            "/input_tokens_details/cached_tokens",
+        ]
+        .iter()
+        .find_map(|pointer| usage.pointer(pointer)?.as_u64());
         Some(Usage {
             input_tokens: count(input)?,
             output_tokens: count(output).unwrap_or(0),
+            cached_tokens: cached.unwrap_or(0),
         })
     }
 
@@ -82,6 +108,7 @@ impl Usage {
         Usage {
             input_tokens: self.input_tokens.max(later.input_tokens),
             output_tokens: self.output_tokens.max(later.output_tokens),
+            cached_tokens: self.cached_tokens.max(later.cached_tokens),
         }
     }
 }
@@ -99,6 +126,20 @@ pub trait Adapter: Send + Sync {
     /// does not parse.
     fn parse(&self, body: &[u8]) -> Option<ChatRequest> {
         self.outline(Bytes::copy_from_slice(body))?.parse_all()
+    }
+
+    /// The outline of a request to `path` of the upstream: what
+    /// [`Adapter::outline`] gives, unless the API names the model in the
+    /// URL (Gemini).
+    fn outline_at(&self, body: Bytes, _path: &str) -> Option<Outline> {
+        self.outline(body)
+    }
+
+    /// The URL of a summary call for `model`, from the client's request
+    /// URL: the same, unless the API names the model or the streaming in
+    /// the URL (Gemini).
+    fn summary_url(&self, client_url: &reqwest::Url, _model: &str) -> reqwest::Url {
+        client_url.clone()
     }
 
     /// Serializes `request` with `messages` in place of its own.
@@ -136,6 +177,13 @@ pub trait Adapter: Send + Sync {
         false
     }
 
+    /// Byte strings that show a request carries inputs that are not text
+    /// (images, audio, files) or server-side tools: such a request's token
+    /// count says little about its bytes, so it calibrates nothing.
+    fn non_text_markers(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// The text of a non-streamed response.
     fn response_text(&self, response: &Value) -> Option<String>;
 
@@ -161,6 +209,30 @@ pub trait Adapter: Send + Sync {
     /// The request's own output budget (`max_tokens` or equivalent).
     fn max_output_tokens(&self, request: &ChatRequest) -> Option<u64>;
 
+    /// The context window the request itself sets, where the API lets a
+    /// client set it (Ollama's `options.num_ctx`).
+    fn request_window(&self, _request: &ChatRequest) -> Option<u64> {
+        None
+    }
+
+    /// Bytes a streaming client takes while a summary is written, and
+    /// ignores: an SSE comment, unless the API streams otherwise.
+    fn keepalive(&self) -> &'static [u8] {
+        crate::protocol::SSE_KEEPALIVE
+    }
+
+    /// A note at the end of a stream that held keep-alives (how many
+    /// compactions ran), where the framing has room for one a client
+    /// ignores: an SSE comment.
+    fn stream_trailer(&self, compactions: u32) -> Option<String> {
+        Some(format!(": condenser compactions={compactions}\n\n"))
+    }
+
+    /// The content type of this API's streams.
+    fn stream_content_type(&self) -> &'static str {
+        "text/event-stream"
+    }
+
     /// An SSE event reporting an error in this protocol's streaming shape.
     fn stream_error_event(&self, error_body: &Value) -> String;
 
@@ -183,6 +255,16 @@ pub trait Adapter: Send + Sync {
     fn is_stream_preamble(&self, _data: &str) -> bool {
         false
     }
+}
+
+/// Whether `body`, a request for `adapter`'s API, carries text alone. A
+/// byte search, not a parse: it runs on every relayed answer, and a false
+/// "not text" only skips one calibration.
+pub fn text_only(adapter: &dyn Adapter, body: &[u8]) -> bool {
+    !adapter
+        .non_text_markers()
+        .iter()
+        .any(|marker| memchr::memmem::find(body, marker.as_bytes()).is_some())
 }
 
 /// What a summary call asks for, beside the request it is built from.

@@ -174,6 +174,16 @@ impl Adapter for OpenAi {
         })
     }
 
+    /// Image, audio and file content parts (OpenAI's chat content types).
+    fn non_text_markers(&self) -> &'static [&'static str] {
+        &[
+            "\"image_url\"",
+            "\"input_audio\"",
+            "\"file_data\"",
+            "\"file_id\"",
+        ]
+    }
+
     fn ran_out(&self, response: &Value) -> bool {
         response.pointer("/choices/0/finish_reason") == Some(&json!("length"))
     }

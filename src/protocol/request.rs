@@ -194,6 +194,16 @@ impl ChatRequest {
 #[derive(Debug)]
 pub struct Outline(ChatRequest);
 
+impl Outline {
+    /// For an API that streams when `stream` is absent (Ollama's).
+    pub fn with_stream_default(mut self, streams: bool) -> Self {
+        if !self.0.body.contains_key("stream") {
+            self.0.stream = streams;
+        }
+        self
+    }
+}
+
 /// A part of an outlined request as identity digests it: the client's
 /// bytes, or the value when it was parsed whole.
 #[derive(Debug, Clone, Copy)]
@@ -218,6 +228,18 @@ impl Outline {
         list: &str,
         system: impl FnOnce(&Map<String, Value>, &[Range<usize>], &Bytes) -> SystemPart,
     ) -> Option<Self> {
+        Self::read_as(text, list, None, system)
+    }
+
+    /// As [`Outline::read`], for an API that names the model and whether
+    /// it streams in the URL (Gemini's `models/{model}:streamGenerateContent`)
+    /// rather than the body.
+    pub fn read_as(
+        text: Bytes,
+        list: &str,
+        model_and_stream: Option<(String, bool)>,
+        system: impl FnOnce(&Map<String, Value>, &[Range<usize>], &Bytes) -> SystemPart,
+    ) -> Option<Self> {
         let (body, items) = split(&text, list)?;
         let items = items?;
         let system = system(&body, &items, &text);
@@ -229,7 +251,18 @@ impl Outline {
                 Lazy::spans(std::mem::replace(&mut items, rest))
             }
         };
-        Self::from_parts(text, body, system, items)
+        match model_and_stream {
+            Some((model, stream)) => Some(Self(ChatRequest {
+                body,
+                model,
+                stream,
+                text,
+                system,
+                messages: Lazy::spans(items),
+                tail: OnceLock::new(),
+            })),
+            None => Self::from_parts(text, body, system, items),
+        }
     }
 
     /// `text`, with its fields `body` (the list's place null), its system

@@ -59,15 +59,17 @@ impl UpstreamClient {
     }
 
     /// Sends a request and waits for the response headers, at most the
-    /// first-byte timeout.
+    /// first-byte timeout. When spans are exported, the request carries
+    /// the `traceparent` of the span it is sent in.
     pub async fn send(
         &self,
         upstream: &Upstream,
         method: Method,
         url: &reqwest::Url,
-        headers: HeaderMap,
+        mut headers: HeaderMap,
         body: reqwest::Body,
     ) -> Result<reqwest::Response, ProxyError> {
+        crate::telemetry::server::inject(&mut headers);
         let request = self
             .http
             .request(method, url.clone())

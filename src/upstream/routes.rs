@@ -18,10 +18,22 @@ pub struct Upstream {
     /// set, so the scheme and host are not parsed again per request.
     base_url: Url,
     pub protocol: Protocol,
+    /// The window its models are served with when a request sets none
+    /// (a local server's `num_ctx` default): configuration, so evidence.
+    pub default_window: Option<u64>,
 }
 
 impl Upstream {
     fn new(name: &str, base_url: &str, protocol: Protocol) -> Result<Arc<Self>, url::ParseError> {
+        Self::with_window(name, base_url, protocol, None)
+    }
+
+    fn with_window(
+        name: &str,
+        base_url: &str,
+        protocol: Protocol,
+        default_window: Option<u64>,
+    ) -> Result<Arc<Self>, url::ParseError> {
         let mut base_url = Url::parse(base_url)?;
         let path = base_url.path().trim_end_matches('/').to_owned();
         base_url.set_path(&path);
@@ -29,12 +41,13 @@ impl Upstream {
             name: name.into(),
             base_url,
             protocol,
+            default_window,
         }))
     }
 
     /// This upstream's URL for `path` (appended to the base URL's own
     /// path) and `query`.
-    fn url(&self, path: &str, query: Option<&str>) -> Url {
+    pub fn url(&self, path: &str, query: Option<&str>) -> Url {
         let mut url = self.base_url.clone();
         let base_path = url.path().trim_end_matches('/');
         url.set_path(&format!("{base_path}{path}"));
@@ -77,6 +90,10 @@ impl Route {
 pub struct RouteTable {
     openai: Arc<Upstream>,
     anthropic: Arc<Upstream>,
+    /// Ollama's own paths (`/api/…`) at Condenser's root.
+    ollama: Arc<Upstream>,
+    /// Gemini's own paths (`/v1beta/…`, `/v1/models/{model}:{method}`).
+    gemini: Arc<Upstream>,
     /// (path prefix, upstream), longest prefix first.
     prefixed: Vec<(String, Arc<Upstream>)>,
 }
@@ -91,7 +108,12 @@ impl RouteTable {
             .map(|u| {
                 Ok((
                     u.path_prefix.clone(),
-                    Upstream::new(&u.name, &u.base_url, u.protocol)?,
+                    Upstream::with_window(
+                        &u.name,
+                        &u.base_url,
+                        u.protocol,
+                        u.default_context_window,
+                    )?,
                 ))
             })
             .collect::<Result<Vec<_>, url::ParseError>>()?;
@@ -103,6 +125,13 @@ impl RouteTable {
                 &settings.anthropic_base_url,
                 Protocol::Anthropic,
             )?,
+            ollama: Upstream::with_window(
+                "ollama",
+                &settings.ollama.base_url,
+                Protocol::Ollama,
+                Some(settings.ollama.default_context_window),
+            )?,
+            gemini: Upstream::new("gemini", &settings.gemini_base_url, Protocol::Gemini)?,
             prefixed,
         })
     }
@@ -138,12 +167,26 @@ impl RouteTable {
                 }
             }
         }
-        if path.starts_with("/v1/messages") || looks_like_anthropic(headers) {
+        if path.starts_with("/api/") {
+            (&self.ollama, path)
+        } else if is_gemini(path) {
+            (&self.gemini, path)
+        } else if path.starts_with("/v1/messages") || looks_like_anthropic(headers) {
             (&self.anthropic, path)
         } else {
             (&self.openai, path)
         }
     }
+}
+
+/// Gemini's paths: everything under `/v1beta/` and `/upload/`, and a model's
+/// methods under `/v1/` (`/v1/models/{model}:generateContent`, which the
+/// `:` tells from OpenAI's `/v1/models/{model}`).
+fn is_gemini(path: &str) -> bool {
+    path.starts_with("/v1beta/")
+        || path.starts_with("/upload/")
+        || (path.starts_with("/v1/models/")
+            && crate::protocol::gemini::model_and_method(path).is_some())
 }
 
 /// Both APIs serve `/v1/models` and friends; Anthropic's SDKs always send
@@ -161,6 +204,11 @@ fn endpoint(protocol: Protocol, method: &Method, path: &str) -> Endpoint {
         && match protocol {
             Protocol::Openai => path.ends_with("/chat/completions"),
             Protocol::Anthropic => path == "/v1/messages",
+            Protocol::Ollama => path == "/api/chat",
+            Protocol::Gemini => matches!(
+                crate::protocol::gemini::model_and_method(path),
+                Some((_, "generateContent" | "streamGenerateContent"))
+            ),
         };
     if chat {
         Endpoint::Chat
@@ -178,7 +226,7 @@ fn upstream_path(protocol: Protocol, path: &str) -> &str {
             Some(rest) if rest.is_empty() || rest.starts_with('/') => rest,
             _ => path,
         },
-        Protocol::Anthropic => path,
+        Protocol::Anthropic | Protocol::Ollama | Protocol::Gemini => path,
     }
 }
 
@@ -195,8 +243,42 @@ mod tests {
             base_url: "https://api.groq.com/openai/v1".into(),
             protocol: Protocol::Openai,
             path_prefix: "/groq".into(),
+            default_context_window: None,
         });
         RouteTable::from_settings(&settings).expect("valid base URLs")
+    }
+
+    #[test]
+    fn geminis_model_methods_go_to_gemini_and_openais_models_do_not() {
+        for path in [
+            "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
+            "/v1/models/gemini-2.5-flash:generateContent",
+        ] {
+            let route = resolve(Method::POST, path, Some("alt=sse"));
+            assert_eq!(route.upstream.protocol, Protocol::Gemini, "{path}");
+            assert_eq!(route.endpoint, Endpoint::Chat, "{path}");
+        }
+        let count = resolve(
+            Method::POST,
+            "/v1beta/models/gemini-2.5-flash:countTokens",
+            None,
+        );
+        assert_eq!(count.endpoint, Endpoint::Passthrough);
+        assert_eq!(count.upstream.protocol, Protocol::Gemini);
+        let openai = resolve(Method::GET, "/v1/models/gpt-4o", None);
+        assert_eq!(openai.upstream.protocol, Protocol::Openai);
+    }
+
+    #[test]
+    fn ollamas_own_paths_at_the_root_go_to_ollama() {
+        let chat = resolve(Method::POST, "/api/chat", None);
+        assert_eq!(chat.upstream.protocol, Protocol::Ollama);
+        assert_eq!(chat.endpoint, Endpoint::Chat);
+        assert_eq!(chat.url.as_str(), "http://127.0.0.1:11434/api/chat");
+        assert_eq!(chat.upstream.default_window, Some(4096));
+        let tags = resolve(Method::GET, "/api/tags", None);
+        assert_eq!(tags.endpoint, Endpoint::Passthrough);
+        assert_eq!(tags.upstream.protocol, Protocol::Ollama);
     }
 
     fn resolve(method: Method, path: &str, query: Option<&str>) -> Route {

@@ -1,7 +1,7 @@
 //! The compaction guarantees on Anthropic Messages: tools, thinking blocks,
 //! streaming, through the adapter seam alone.
 
-use crate::helpers::agent::{filler, text, Agent, Dialect};
+use crate::helpers::agent::{text, Agent, Dialect};
 use crate::helpers::app::{spawn_app_with, Options, TestApp};
 use crate::helpers::db::{both_backends, TestBackend};
 use condenser::protocol::SUMMARY_MARKER;
@@ -116,28 +116,12 @@ async fn thinking_blocks_in_the_kept_tail_reach_the_upstream_byte_identical(back
 }
 
 async fn a_huge_tool_result_is_bounded(backend: TestBackend) {
-    let app = spawn_app_with(small_window(backend)).await;
-    let mut agent = Agent::new(Dialect::Anthropic, MODEL, 100, 1);
-    agent.say("Read the log. [tools]");
-    assert_eq!(agent.send(&app).await.status, 200);
-    agent.answer_tools(&filler(60_000, 9));
-    app.upstream.clear_requests();
-    let step = agent.send(&app).await;
-    assert!(
-        app.upstream.chat_requests().len() <= 3,
-        "max_compactions + 1 attempts at most"
-    );
-    assert_eq!(step.status, 200, "trimmed, the request fits: {}", step.body);
-    let sent = last_accepted(&app).to_string();
-    assert!(
-        sent.contains("condenser trimmed"),
-        "an explicit elision marker"
-    );
-    assert!(
-        sent.len() < 16_000,
-        "the 60 KB result was cut to fit a 4,000-token window ({} bytes sent)",
-        sent.len()
-    );
+    crate::compaction::huge_tool_result_is_trimmed_without_looping(
+        backend,
+        Dialect::Anthropic,
+        MODEL,
+    )
+    .await;
 }
 
 async fn a_summary_call_answered_overloaded_is_retried_and_the_client_gets_its_answer(

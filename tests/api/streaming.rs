@@ -6,7 +6,7 @@ use crate::helpers::agent::{Agent, Dialect};
 use crate::helpers::app::{spawn_app_with, Options, TestApp};
 use condenser::pipeline::KEEPALIVE_COMMENT;
 use fake_upstream::{FakeConfig, RequestKind, Scripted};
-use serde_json::json;
+use serde_json::{json, Value};
 use std::time::Duration;
 
 const SUMMARY_TAKES: Duration = Duration::from_secs(15);
@@ -38,6 +38,7 @@ pub fn overflowing(dialect: Dialect, model: &str) -> Agent {
             Dialect::OpenAi => json!({"role": "assistant", "content": format!("noted {i}")}),
             Dialect::Anthropic => json!({"role": "assistant", "content": [{"type": "text", "text": format!("noted {i}")}]}),
             Dialect::Responses => crate::helpers::responses::assistant_item(&format!("noted {i}")),
+            Dialect::Gemini => json!({"role": "model", "parts": [{"text": format!("noted {i}")}]}),
         });
     }
     agent.say("And now?");
@@ -50,7 +51,10 @@ async fn stream_through(
     model: &str,
 ) -> (Vec<bytes::Bytes>, String) {
     let mut request = overflowing(dialect, model).request();
-    request["stream"] = json!(true);
+    // Gemini streams by its URL, not a field.
+    if dialect != Dialect::Gemini {
+        request["stream"] = json!(true);
+    }
     let builder = match dialect {
         Dialect::OpenAi => app
             .client
@@ -65,6 +69,12 @@ async fn stream_through(
             .client
             .post(app.url("/v1/responses"))
             .bearer_auth(crate::helpers::app::OPENAI_KEY),
+        Dialect::Gemini => app
+            .client
+            .post(app.url(&format!(
+                "/v1beta/models/{model}:streamGenerateContent?alt=sse"
+            )))
+            .header("x-goog-api-key", crate::helpers::app::GEMINI_KEY),
     };
     let sent = std::time::Instant::now();
     let mut response = builder.json(&request).send().await.expect("answers");
@@ -137,6 +147,45 @@ async fn a_streaming_responses_client_gets_keepalives_then_a_complete_stream() {
     assert!(all.contains("event: response.created"));
     assert!(all.contains("event: response.completed"), "{all}");
     assert!(!all.contains("response.failed"), "{all}");
+}
+
+/// Gemini's stream takes blank lines, not comments, while it waits: both
+/// of Google's SDKs skip them and choke on a comment (`tests/api/gemini.rs`
+/// drives them). Then only the upstream's `data:` events, no error.
+#[tokio::test]
+async fn a_streaming_gemini_client_gets_blank_lines_then_a_complete_stream() {
+    let model = "gemini-3-flash-preview";
+    let app = slow_summaries(model).await;
+    let (chunks, all) = stream_through(&app, Dialect::Gemini, model).await;
+    assert_eq!(&chunks[0][..], b"\r\n");
+    let (waiting, events) = all.split_at(all.find("data: ").expect("events"));
+    assert!(
+        waiting.len() >= 6 && waiting.trim().is_empty(),
+        "blank lines first: {waiting:?}"
+    );
+    let events: Vec<Value> = events
+        .split("\r\n\r\n")
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| {
+            serde_json::from_str(e.trim().strip_prefix("data: ").expect("only data events"))
+                .expect("json")
+        })
+        .collect();
+    assert!(events.iter().all(|e| e.get("error").is_none()), "{all}");
+    assert_eq!(
+        events.last().expect("events")["candidates"][0]["finishReason"],
+        "STOP"
+    );
+    let overflows = app
+        .upstream
+        .chat_requests()
+        .iter()
+        .filter(|r| r.status == 400)
+        .count();
+    assert_eq!(
+        overflows, 1,
+        "one overflow, compacted before the client saw it"
+    );
 }
 
 /// Some servers (SGLang, some vLLM deployments) answer 200 and put the

@@ -3,12 +3,32 @@
 
 use super::{Exchange, Incoming};
 use crate::compaction::{
-    self, CompactionError, Job, Sizing, Summarizer, SummaryBudget, REASONING_TOKENS,
+    self, CompactionError, Covered, Job, Sizing, Summarizer, SummaryBudget, REASONING_TOKENS,
 };
-use crate::overflow::{OverflowCause, OverflowSignal, SignatureName};
+use crate::conversation::Conversation;
+use crate::overflow::{OverflowSignal, SignatureName};
 use crate::pipeline::budget::CompactionBudget;
+use crate::pipeline::persist::Persist;
+use crate::protocol::{ChatRequest, Protocol};
 use crate::store::{Compaction, CompactionFailure, Trigger};
-use crate::tokens::{self, ModelSize};
+use crate::telemetry::genai;
+use crate::tokens::{self, ModelSize, SizeSource};
+use crate::upstream::routes::Upstream;
+use std::sync::Arc;
+use tracing::Instrument;
+
+/// This request's messages, as the compaction covering them needs them.
+struct CoveredMessages<'a> {
+    persist: &'a mut Persist,
+    conversation: &'a Conversation,
+    request: &'a Arc<ChatRequest>,
+}
+
+impl Covered for CoveredMessages<'_> {
+    async fn durable(&mut self) -> bool {
+        self.persist.durable(self.conversation, self.request).await
+    }
+}
 
 impl Exchange {
     /// Spends one compaction of `budget` on replacing `current`, whatever
@@ -30,8 +50,14 @@ impl Exchange {
         if let Some(compacting) = &self.compacting {
             let _ = compacting.send(true);
         }
-        let compacted = self.compact(current, signal, sent_bytes, trigger).await;
+        let signature = signal.signature.to_string();
+        let span = genai::compaction_span(&self.origin, trigger.as_str(), &signature);
+        let compacted = self
+            .compact(current, signal, sent_bytes, trigger)
+            .instrument(span.clone())
+            .await;
         let compaction = compacted.map_err(|error| {
+            genai::compaction_failed(&span, error.kind().as_str());
             tracing::info!(error.kind = error.kind().as_str(), error.message = %error, ?trigger, "compaction not made");
             error.kind()
         })?;
@@ -59,27 +85,84 @@ impl Exchange {
             .then(|| adapter.max_output_tokens(request))
             .flatten();
         let threshold = self.state.settings.compaction.proactive_threshold;
-        let limit = (window as f64 * threshold) as u64;
-        if estimate + output.unwrap_or(0) <= limit {
-            return None;
-        }
-        let cause = if estimate > limit {
-            OverflowCause::Input
-        } else {
-            OverflowCause::InputPlusOutput
-        };
+        let cause = compaction::exceeds(window, threshold, estimate, output.unwrap_or(0))?;
         Some(OverflowSignal {
             signature: SignatureName::Estimate,
             cause,
             limit: Some(window),
             actual: Some(estimate),
             requested_output: output,
+            matched: None,
         })
     }
 
+    /// What is known of the model, with the window this request runs in:
+    /// the one the request sets (Ollama's `num_ctx`), else what was
+    /// learned or configured, else the upstream's configured default, which
+    /// beats documentation; never above what the server gives the model
+    /// (Ollama caps `num_ctx` at the trained length). A window learned
+    /// smaller than the request's (a server that keeps half) stands.
     fn model_size(&self) -> ModelSize {
-        let upstream = &self.incoming.route.upstream.name;
-        self.state.sizes.get(upstream, &self.incoming.request.model)
+        let Incoming {
+            adapter,
+            request,
+            route,
+            conversation,
+            ..
+        } = &self.incoming;
+        let upstream = &route.upstream;
+        let mut known = self
+            .state
+            .sizes
+            .get(&upstream.name, &request.model, &conversation.tenant);
+        let learned = known.evidence_window();
+        let configured = |tokens| Some((tokens, SizeSource::Config));
+        match (adapter.request_window(request), learned) {
+            (Some(own), Some(learned)) if learned < own => {}
+            (Some(own), _) => known.window = configured(own),
+            (None, None) => {
+                if let Some(default) = upstream.default_window {
+                    known.window = configured(default);
+                }
+            }
+            (None, Some(_)) => {}
+        }
+        if let (Some((window, source)), Some(ceiling)) = (known.window, known.ceiling) {
+            known.window = Some((window.min(ceiling), source));
+        }
+        if upstream.protocol == Protocol::Ollama {
+            self.ask_ceiling(upstream, &request.model);
+        }
+        known
+    }
+
+    /// Asks an Ollama server, once per model and in the background, for the
+    /// model's trained context length (`/api/show`'s `model_info`).
+    fn ask_ceiling(&self, upstream: &Arc<Upstream>, model: &str) {
+        let sizes = &self.state.sizes;
+        if !sizes.first_ceiling_ask(&upstream.name, model) {
+            return;
+        }
+        let (state, upstream, model) = (self.state.clone(), upstream.clone(), model.to_string());
+        self.state.background.spawn(async move {
+            let url = upstream.url("/api/show", None);
+            let body = serde_json::json!({"model": model}).to_string();
+            let mut headers = http::HeaderMap::new();
+            let json = http::HeaderValue::from_static("application/json");
+            headers.insert(http::header::CONTENT_TYPE, json);
+            let sent =
+                state
+                    .upstream
+                    .send(&upstream, http::Method::POST, &url, headers, body.into());
+            let Ok(response) = sent.await else { return };
+            let Ok(bytes) = response.bytes().await else {
+                return;
+            };
+            let show = serde_json::from_slice(&bytes).unwrap_or_default();
+            if let Some(tokens) = trained_length(&show) {
+                state.sizes.learn_ceiling(&upstream.name, &model, tokens);
+            }
+        });
     }
 
     async fn compact(
@@ -125,14 +208,19 @@ impl Exchange {
             model,
             budget: self.summary_budget(&sizing, signal, sent_bytes, model),
             timeout: settings.summary_timeout,
+            origin: &self.origin,
+            calls_made: Default::default(),
         };
         let planned = compaction::prepare(&sizing, &summarizer, &job)?;
-        // The compaction names stored messages: let their write finish first.
-        if let Some(Ok(persisted)) = self.persisted.take() {
-            let _ = persisted.await;
-        }
+        let persist = &mut self.persist;
+        let mut covered = CoveredMessages {
+            persist,
+            conversation,
+            request,
+        };
         let storage = &self.state.storage;
-        compaction::compact(storage, &summarizer, sizing.lease_ttl, planned, &job).await
+        let ttl = sizing.lease_ttl;
+        compaction::compact(storage, &summarizer, ttl, planned, &job, &mut covered).await
     }
 
     /// Summary calls sized to the summarizer's own window when another
@@ -150,7 +238,8 @@ impl Exchange {
             (window, calibration)
         } else {
             let upstream = &self.incoming.route.upstream.name;
-            let known = self.state.sizes.get(upstream, model);
+            let tenant = &self.incoming.conversation.tenant;
+            let known = self.state.sizes.get(upstream, model, tenant);
             let own_window = known.window_tokens().unwrap_or(window);
             (own_window, known.calibration.unwrap_or(calibration))
         };
@@ -174,4 +263,12 @@ impl Exchange {
             max_calls: self.state.settings.compaction.max_summary_calls as usize,
         }
     }
+}
+
+/// `model_info["<general.architecture>.context_length"]` of Ollama's
+/// `/api/show` (docs/api.md).
+fn trained_length(show: &serde_json::Value) -> Option<u64> {
+    let info = show.get("model_info")?;
+    let architecture = info.get("general.architecture")?.as_str()?;
+    info.get(format!("{architecture}.context_length"))?.as_u64()
 }

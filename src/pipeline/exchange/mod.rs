@@ -7,7 +7,7 @@
 mod compact;
 
 use super::budget::CompactionBudget;
-use super::persist::Persisted;
+use super::persist::Persist;
 use super::respond::{self, Degraded, Report};
 use super::rewrite;
 use crate::conversation::Conversation;
@@ -16,7 +16,8 @@ use crate::overflow::inspect::{inspect, Inspected};
 use crate::overflow::OverflowSignal;
 use crate::protocol::{Adapter, ChatRequest};
 use crate::state::AppState;
-use crate::store::{Compaction, QueueFull, Trigger};
+use crate::store::{Compaction, Trigger};
+use crate::telemetry::genai;
 use crate::tokens::usage::UsageTap;
 use crate::upstream::headers;
 use crate::upstream::routes::Route;
@@ -26,6 +27,7 @@ use http::request::Parts;
 use http::{HeaderMap, HeaderValue};
 use std::sync::Arc;
 use tokio::sync::watch;
+use tracing::{Instrument, Span};
 
 /// One chat request as the pipeline received and identified it.
 pub struct Incoming {
@@ -41,13 +43,16 @@ pub struct Incoming {
 pub struct Exchange {
     state: AppState,
     incoming: Incoming,
-    /// The write of the request's new messages, awaited before a
-    /// compaction names them.
-    persisted: Option<Persisted>,
+    /// The request's new messages, queued once the upstream accepts it.
+    persist: Persist,
     /// Set while a summary is being written, so a streaming client gets
     /// keep-alives.
     compacting: Option<watch::Sender<bool>>,
     report: Report,
+    /// What this request's exported spans share; empty when none are.
+    origin: genai::Origin,
+    /// Upstream calls made for the client's request so far.
+    attempts: u32,
 }
 
 /// What one attempt upstream came to.
@@ -60,13 +65,20 @@ enum Attempt {
 }
 
 impl Exchange {
-    pub fn new(state: AppState, incoming: Incoming, persisted: Persisted) -> Self {
+    pub fn new(state: AppState, incoming: Incoming, persist: Persist) -> Self {
+        let route = &incoming.route;
+        let conversation = &incoming.conversation;
+        let origin = genai::Origin::new(route.upstream.protocol.as_str(), &route.url, || {
+            conversation.id.to_hex()
+        });
         Self {
             state,
             incoming,
-            persisted: Some(persisted),
+            persist,
             compacting: None,
             report: Report::default(),
+            origin,
+            attempts: 0,
         }
     }
 
@@ -125,13 +137,44 @@ impl Exchange {
         }
     }
 
-    /// Sends `body` and reads the start of the answer.
+    /// Sends `body` and reads the start of the answer, in a span of its
+    /// own when spans are exported.
     async fn attempt(&mut self, body: Bytes) -> Attempt {
-        let sent_bytes = body.len();
+        self.attempts += 1;
+        let span = self.call_span(&body);
+        self.attempt_in(body, &span).instrument(span.clone()).await
+    }
+
+    /// The span of this attempt: none unless spans are exported.
+    fn call_span(&self, body: &[u8]) -> Span {
+        if !crate::telemetry::exporting() {
+            return Span::none();
+        }
+        let Incoming {
+            adapter, request, ..
+        } = &self.incoming;
+        let asked = genai::Asked {
+            model: &request.model,
+            max_tokens: adapter.max_output_tokens(request),
+            stream: request.stream,
+        };
+        let call = genai::Call::Request {
+            attempt: self.attempts,
+        };
+        let span = genai::call_span(&self.origin, call, &asked);
+        genai::sent(&span, body);
+        span
+    }
+
+    async fn attempt_in(&mut self, body: Bytes, span: &Span) -> Attempt {
+        let sent = body.clone();
         let protocol = self.incoming.route.upstream.protocol;
         let response = match self.send(body).await {
             Ok(response) => response,
-            Err(error) => return Attempt::Answered(error.into_response_for(protocol)),
+            Err(error) => {
+                genai::failed(span, error.kind());
+                return Attempt::Answered(error.into_response_for(protocol));
+            }
         };
         let (state, adapter) = (&self.state, self.incoming.adapter);
         let idle = state.upstream.idle_timeout();
@@ -141,6 +184,7 @@ impl Exchange {
                 upstream,
                 timeout: idle,
             };
+            genai::failed(span, error.kind());
             return Attempt::Answered(error.into_response_for(protocol));
         };
         match inspected {
@@ -150,34 +194,51 @@ impl Exchange {
                 body,
                 signal,
             } => {
-                self.note_overflow(&signal, sent_bytes);
+                genai::overflowed(span, status, &signal.signature.to_string());
+                self.note_overflow(&signal, &sent);
                 Attempt::Overflowed(signal, respond::buffered(status, &headers, body))
             }
-            other => Attempt::Answered(self.relay(other, sent_bytes)),
+            other => {
+                genai::status(span, status_of(&other));
+                if accepted(&other) {
+                    let Incoming {
+                        conversation,
+                        request,
+                        ..
+                    } = &self.incoming;
+                    self.persist.accept(conversation, request);
+                }
+                Attempt::Answered(self.relay(other, &sent, span).await)
+            }
         }
     }
 
     /// Counts and logs an overflow, and learns what its numbers say.
-    fn note_overflow(&mut self, signal: &OverflowSignal, sent_bytes: usize) {
+    fn note_overflow(&mut self, signal: &OverflowSignal, sent: &[u8]) {
         metrics::counter!("condenser_overflows_total", "signature" => signal.signature.to_string())
             .increment(1);
         self.report.overflows += 1;
         tracing::info!(overflow.signature = %signal.signature, overflow.cause = ?signal.cause, limit = ?signal.limit, actual = ?signal.actual, "upstream reported context overflow");
-        let (upstream, model) = (
-            &self.incoming.route.upstream.name,
-            &self.incoming.request.model,
-        );
+        let Incoming {
+            route,
+            request,
+            conversation,
+            ..
+        } = &self.incoming;
+        let (upstream, model) = (route.upstream.name.as_str(), request.model.as_str());
+        let tenant = &conversation.tenant;
         self.state
             .sizes
-            .learn_overflow(upstream, model, signal, sent_bytes);
+            .learn_overflow((upstream, model), tenant, signal, sent);
     }
 
     /// Relays a response that needs no compaction, learning from its usage.
-    fn relay(&mut self, inspected: Inspected, sent_bytes: usize) -> Response {
+    async fn relay(&mut self, inspected: Inspected, sent: &[u8], span: &Span) -> Response {
         let Incoming {
             adapter,
             request,
             route,
+            conversation,
             ..
         } = &self.incoming;
         let tap = UsageTap {
@@ -185,17 +246,21 @@ impl Exchange {
             adapter: *adapter,
             upstream: route.upstream.name.clone(),
             model: request.model.clone(),
-            sent_bytes,
+            tenant: conversation.tenant.clone(),
+            sent_bytes: sent.len(),
+            text_only: crate::protocol::text_only(*adapter, sent),
             requested_output: adapter.max_output_tokens(request).unwrap_or(0),
+            answer: genai::Answer::new(span),
         };
         let idle = self.state.upstream.idle_timeout();
-        let (response, usage) = respond::relayed(inspected, idle, Some(tap));
+        let (response, usage) = respond::relayed(inspected, idle, Some(tap)).await;
         self.report.usage = usage;
         response
     }
 
     fn finish(mut self, response: Response) -> (Response, Report) {
-        let queue_full = matches!(self.persisted, Some(Err(QueueFull)));
+        self.report.accepted = self.persist.accepted();
+        let queue_full = self.persist.queue_full();
         self.report.degraded = if self.state.storage.is_degraded() {
             Some(Degraded::StorageUnavailable)
         } else if queue_full {
@@ -248,5 +313,22 @@ impl Exchange {
         let identity = HeaderValue::from_static("identity");
         outgoing.insert(http::header::ACCEPT_ENCODING, identity);
         outgoing
+    }
+}
+
+/// The status of an answer that is not an overflow.
+fn status_of(inspected: &Inspected) -> http::StatusCode {
+    match inspected {
+        Inspected::Relay { response, .. } => response.status(),
+        Inspected::Error { status, .. } | Inspected::Overflow { status, .. } => *status,
+    }
+}
+
+/// Whether the upstream accepted the request: a 2xx, whose messages are
+/// then worth keeping.
+fn accepted(inspected: &Inspected) -> bool {
+    match inspected {
+        Inspected::Relay { response, .. } => response.status().is_success(),
+        _ => false,
     }
 }

@@ -116,6 +116,21 @@ impl Adapter for Responses {
         (client.model == model && asked) || models::is_reasoning_model(model)
     }
 
+    /// Image, file and audio input parts, and the built-in tools that run
+    /// at the provider.
+    fn non_text_markers(&self) -> &'static [&'static str] {
+        &[
+            "\"input_image\"",
+            "\"input_file\"",
+            "\"input_audio\"",
+            "\"web_search",
+            "\"file_search\"",
+            "\"code_interpreter\"",
+            "\"image_generation\"",
+            "\"computer_use",
+        ]
+    }
+
     fn ran_out(&self, response: &Value) -> bool {
         response.get("status") == Some(&json!("incomplete"))
             && response.pointer("/incomplete_details/reason") == Some(&json!("max_output_tokens"))

@@ -1,7 +1,7 @@
 //! A scripted tool-using agent: each turn is a user message that asks for
 //! tools, then several tool rounds, then the model's final answer, with the
 //! whole history resent on every request as real clients do. It speaks
-//! Chat Completions, Messages or Responses.
+//! Chat Completions, Messages, Responses or Gemini's generateContent.
 
 use super::app::TestApp;
 use super::responses;
@@ -14,6 +14,8 @@ pub enum Dialect {
     /// OpenAI Responses: `messages` holds the input items after the
     /// opening developer item.
     Responses,
+    /// Gemini: `messages` holds `contents`; the model is in the path.
+    Gemini,
 }
 
 pub struct Agent {
@@ -66,6 +68,13 @@ impl Agent {
                     "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]})
             }
             Dialect::Responses => responses::request(&self.model, &self.system, &self.messages),
+            Dialect::Gemini => json!({
+                "systemInstruction": {"parts": [{"text": self.system}]},
+                "contents": self.messages,
+                "tools": [{"functionDeclarations": [{"name": "read_file", "description": "Read a file",
+                    "parametersJsonSchema": {"type": "object", "properties": {"path": {"type": "string"}}}}]}],
+                "generationConfig": {"maxOutputTokens": 1024},
+            }),
         };
         for (key, value) in self.extra.as_object().into_iter().flatten() {
             match value {
@@ -85,6 +94,7 @@ impl Agent {
             Dialect::OpenAi => app.post_chat(&request).await,
             Dialect::Anthropic => app.post_messages(&request).await,
             Dialect::Responses => app.post_responses(&request).await,
+            Dialect::Gemini => app.post_gemini(&self.model, &request).await,
         };
         let status = response.status().as_u16();
         let header = |name: &str| {
@@ -108,6 +118,7 @@ impl Agent {
                 Dialect::Responses => self
                     .messages
                     .extend(body["output"].as_array().into_iter().flatten().cloned()),
+                Dialect::Gemini => self.messages.push(body["candidates"][0]["content"].clone()),
             }
         }
         Step {
@@ -121,6 +132,7 @@ impl Agent {
     pub fn say(&mut self, text: &str) {
         self.messages.push(match self.dialect {
             Dialect::Responses => responses::user_item(text),
+            Dialect::Gemini => json!({"role": "user", "parts": [{"text": text}]}),
             _ => json!({"role": "user", "content": text}),
         });
     }
@@ -141,6 +153,12 @@ impl Agent {
                 .cloned()
                 .collect(),
             Dialect::Responses => return responses::pending_calls(&self.messages),
+            // Gemini links a response to its call by the function's name.
+            Dialect::Gemini => {
+                let parts = last["parts"].as_array().into_iter().flatten();
+                let calls = parts.filter_map(|p| p["functionCall"]["name"].as_str());
+                return calls.map(String::from).collect();
+            }
         };
         ids.iter()
             .filter_map(|call| call["id"].as_str().map(String::from))
@@ -163,6 +181,13 @@ impl Agent {
                     .collect();
                 self.messages
                     .push(json!({"role": "user", "content": results}));
+            }
+            Dialect::Gemini => {
+                let parts: Vec<Value> = calls
+                    .iter()
+                    .map(|name| json!({"functionResponse": {"name": name, "response": {"output": content}}}))
+                    .collect();
+                self.messages.push(json!({"role": "user", "parts": parts}));
             }
             Dialect::Responses => {
                 for id in calls {
@@ -247,6 +272,9 @@ pub fn filler(bytes: usize, seed: usize) -> String {
 
 /// The text of a message's content, whatever its shape.
 pub fn text(message: &Value) -> String {
+    if let Some(parts) = message["parts"].as_array() {
+        return parts.iter().filter_map(|p| p["text"].as_str()).collect();
+    }
     match &message["content"] {
         Value::String(text) => text.clone(),
         other => other.to_string(),

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 pub const OPENAI_KEY: &str = "sk-test-openai-0123456789";
 pub const ANTHROPIC_KEY: &str = "sk-ant-test-0123456789";
+pub const GEMINI_KEY: &str = "gk-test-gemini-0123456789";
 
 pub struct TestApp {
     pub address: String,
@@ -71,6 +72,7 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
         "listen": "127.0.0.1:0",
         "openai_base_url": upstream.openai_base_url(),
         "anthropic_base_url": upstream.base_url(),
+        "gemini_base_url": upstream.base_url(),
         "database_url": db.url,
     });
     merge(&mut settings, options.settings);
@@ -112,6 +114,18 @@ impl TestApp {
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.address)
+    }
+
+    /// `POST /v1beta/models/{model}:generateContent` as Google's SDKs send
+    /// it, the key in `x-goog-api-key`.
+    pub async fn post_gemini(&self, model: &str, body: &Value) -> reqwest::Response {
+        self.client
+            .post(self.url(&format!("/v1beta/models/{model}:generateContent")))
+            .header("x-goog-api-key", GEMINI_KEY)
+            .json(body)
+            .send()
+            .await
+            .expect("proxy reachable")
     }
 
     /// `POST /v1/chat/completions` as the OpenAI SDK sends it.

@@ -128,3 +128,31 @@ fn listening_address(line: &str) -> Option<String> {
     }
     event["address"].as_str().map(str::to_string)
 }
+
+impl ProxyProcess {
+    /// Starts it with both open-file limits at `limit`, as a container or a
+    /// service manager that sets 1,024 hard would: the connection cap is then
+    /// (`limit` − 64) / 2.
+    pub fn start_with_fd_limit(env: &[(&str, &str)], limit: u64) -> ProxyProcess {
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!(r#"ulimit -n {limit} && exec "$0" serve"#))
+            .arg(env!("CARGO_BIN_EXE_condenser"));
+        Self::start_command(command, env)
+    }
+
+    /// The value of the Prometheus sample `series` (name and labels, as
+    /// `/metrics` prints them), 0 when absent.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let text = reqwest::get(self.url("/metrics"))
+            .await
+            .expect("metrics answer")
+            .text()
+            .await
+            .expect("metrics text");
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+}

@@ -105,7 +105,7 @@ async fn respond(
     {
         return error(protocol, StatusCode::BAD_REQUEST, &message);
     }
-    let tokens = crate::replies::count_tokens(protocol, &request);
+    let mut tokens = crate::replies::count_tokens(protocol, &request);
     record.input_tokens = Some(tokens);
     let model = request["model"].as_str().unwrap_or_default();
     let window = config
@@ -113,6 +113,13 @@ async fn respond(
         .get(model)
         .copied()
         .unwrap_or(config.default_context_window);
+    // A silently truncating server (Ollama's /v1) cuts what does not fit
+    // and answers; it refuses nothing for its size.
+    let silent = config.silent_truncation && protocol == Protocol::OpenAi;
+    if silent && tokens > window {
+        tokens = crate::ollama::cut_openai(&mut request, window);
+        record.truncated = true;
+    }
     let reply = Reply::new(
         protocol,
         &request,
@@ -121,7 +128,7 @@ async fn respond(
         record.kind,
         tokens,
     );
-    if let Some(message) = overflow(protocol, &request, tokens, window) {
+    if let Some(message) = overflow(protocol, &request, tokens, window).filter(|_| !silent) {
         if protocol == Protocol::Responses && request["stream"] == true {
             let events = crate::responses_sse::overflow(&request, &reply);
             return sse::respond(events, config.chunk_delay);
@@ -199,15 +206,15 @@ fn overflow(protocol: Protocol, request: &Value, tokens: u64, window: u64) -> Op
         Protocol::OpenAi if tokens > window => Some(format!(
             "This model's maximum context length is {window} tokens. However, your messages resulted in {tokens} tokens. Please reduce the length of the messages."
         )),
-        Protocol::OpenAi if tokens + output > window => Some(format!(
+        Protocol::OpenAi if tokens.saturating_add(output) > window => Some(format!(
             "This model's maximum context length is {window} tokens. However, you requested {} tokens ({tokens} in the messages, {output} in the completion). Please reduce the length of the messages or completion.",
-            tokens + output
+            tokens.saturating_add(output)
         )),
-        Protocol::Responses if tokens + output > window => {
+        Protocol::Responses if tokens.saturating_add(output) > window => {
             Some(crate::responses::OVERFLOW.to_string())
         }
         Protocol::Anthropic if tokens > window => Some(format!("prompt is too long: {tokens} tokens > {window} maximum")),
-        Protocol::Anthropic if tokens + output > window => Some(format!(
+        Protocol::Anthropic if tokens.saturating_add(output) > window => Some(format!(
             "input length and `max_tokens` exceed context limit: {tokens} + {output} > {window}, decrease input length or `max_tokens` and try again"
         )),
         _ => None,

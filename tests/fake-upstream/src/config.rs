@@ -25,6 +25,11 @@ pub struct FakeConfig {
     /// Reasoning tokens every reasoning answer spends, whatever its effort;
     /// by default they grow with the effort (`models::reasoning_tokens`).
     pub reasoning_tokens: Option<u64>,
+    /// Ollama's `num_ctx` when a request sets none.
+    pub ollama_context_window: u64,
+    /// Chat Completions past the window is cut and answered 200, as
+    /// Ollama's `/v1` does, instead of refused.
+    pub silent_truncation: bool,
     /// Keep every request for assertions. Off for benchmarks, which send
     /// thousands of large bodies.
     pub record_requests: bool,
@@ -43,6 +48,8 @@ impl Default for FakeConfig {
             reply_text: None,
             summary_reply_tokens: 200,
             reasoning_tokens: None,
+            ollama_context_window: 4096,
+            silent_truncation: false,
             record_requests: true,
         }
     }

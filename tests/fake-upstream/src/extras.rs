@@ -39,6 +39,7 @@ pub fn record_of(parts: &Parts, body: Bytes) -> RecordedRequest {
         protocol: None,
         status: 0,
         input_tokens: None,
+        truncated: false,
     }
 }
 

@@ -1,5 +1,6 @@
 //! A scripted, strict stand-in for the OpenAI Chat Completions, OpenAI
-//! Responses and Anthropic Messages APIs. It answers with the real APIs' shapes, SSE framing and
+//! Responses, Anthropic Messages and Gemini APIs (and Ollama's, Azure's
+//! and Gemini's OpenAI endpoint). It answers with the real APIs' shapes, SSE framing and
 //! error bodies, counts tokens deterministically (`ceil(bytes / 4)` of the
 //! prompt JSON plus 3 per message), refuses what the real APIs refuse (broken
 //! tool pairs, altered thinking signatures, missing auth) and also checks
@@ -10,7 +11,10 @@ mod chat;
 mod clouds;
 mod config;
 mod extras;
+mod gemini;
+mod gemini_rules;
 mod models;
+mod ollama;
 mod replies;
 mod responses;
 mod responses_sse;
@@ -120,6 +124,11 @@ fn router(state: Arc<state::State>) -> Router {
             "/v1beta/openai/chat/completions",
             post(clouds::gemini_compat_chat),
         )
+        .route("/v1beta/models/{call}", post(gemini::call))
+        .route("/v1/models/{call}", post(gemini::call))
+        .route("/api/chat", post(ollama::chat))
+        .route("/api/show", post(ollama::show))
+        .route("/api/tags", get(ollama::tags))
         .route("/v1/messages/count_tokens", post(extras::count_tokens))
         .route("/v1/models", get(extras::models))
         .route("/v1/embeddings", post(extras::embeddings))

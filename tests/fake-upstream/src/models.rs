@@ -84,9 +84,66 @@ fn listed(values: &[&str]) -> String {
     }
 }
 
+/// The top-level fields of OpenAI's `CreateChatCompletionRequest` (API
+/// reference); OpenAI refuses any other with "Unrecognized request argument
+/// supplied: <name>", echoing the name (langchain_dart#712).
+const CHAT_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "audio",
+    "frequency_penalty",
+    "function_call",
+    "functions",
+    "logit_bias",
+    "logprobs",
+    "max_completion_tokens",
+    "max_tokens",
+    "metadata",
+    "modalities",
+    "n",
+    "parallel_tool_calls",
+    "prediction",
+    "presence_penalty",
+    "prompt_cache_key",
+    "reasoning_effort",
+    "response_format",
+    "safety_identifier",
+    "seed",
+    "service_tier",
+    "stop",
+    "store",
+    "stream",
+    "stream_options",
+    "temperature",
+    "tool_choice",
+    "tools",
+    "top_logprobs",
+    "top_p",
+    "user",
+    "verbosity",
+    "web_search_options",
+];
+
+/// OpenAI's own models: other servers behind the same protocol accept
+/// fields of their own.
+fn is_openai_model(model: &str) -> bool {
+    known_not_reasoning(model) || is_reasoning(model)
+}
+
 /// Chat Completions parameters the model refuses.
 pub fn check_chat(request: &Value) -> Result<(), Refusal> {
     let model = request["model"].as_str().unwrap_or_default();
+    let unknown = request
+        .as_object()
+        .into_iter()
+        .flat_map(|body| body.keys())
+        .find(|key| !CHAT_FIELDS.contains(&key.as_str()));
+    if let (true, Some(name)) = (is_openai_model(model), unknown) {
+        let message = format!("Unrecognized request argument supplied: {name}");
+        return Err(
+            json!({"error": {"message": message, "type": "invalid_request_error", "param": null, "code": null}}),
+        );
+    }
     let effort = request.get("reasoning_effort");
     if known_not_reasoning(model) && effort.is_some() {
         let message = "Unrecognized request argument supplied: reasoning_effort";
@@ -94,6 +151,7 @@ pub fn check_chat(request: &Value) -> Result<(), Refusal> {
             json!({"error": {"message": message, "type": "invalid_request_error", "param": null, "code": null}}),
         );
     }
+    output_cap(model, request)?;
     if !is_reasoning(model) {
         return Ok(());
     }
@@ -107,6 +165,33 @@ pub fn check_chat(request: &Value) -> Result<(), Refusal> {
         if !accepted.contains(&given) {
             let message = format!("Unsupported value: 'reasoning_effort' does not support '{given}' with this model. Supported values are: {}.", listed(accepted));
             return Err(refusal(&message, "reasoning_effort", "unsupported_value"));
+        }
+    }
+    Ok(())
+}
+
+/// Output caps of OpenAI's families: asking for more is its own 400
+/// (optillm#4, NextChat#3195).
+fn output_cap(model: &str, request: &Value) -> Result<(), Refusal> {
+    let name = name(model);
+    let caps: &[(&str, u64)] = &[
+        ("gpt-4o", 16_384),
+        ("gpt-4.1", 32_768),
+        ("gpt-5", 128_000),
+        ("o", 100_000),
+    ];
+    let Some(&(_, cap)) = caps.iter().find(|(prefix, _)| name.starts_with(prefix)) else {
+        return Ok(());
+    };
+    for field in ["max_tokens", "max_completion_tokens"] {
+        let Some(asked) = request.get(field).and_then(Value::as_u64) else {
+            continue;
+        };
+        if asked > cap && is_openai_model(model) {
+            let message = format!("max_tokens is too large: {asked}. This model supports at most {cap} completion tokens, whereas you provided {asked}.");
+            return Err(
+                json!({"error": {"message": message, "type": "invalid_request_error", "param": field, "code": null}}),
+            );
         }
     }
     Ok(())

@@ -43,13 +43,31 @@ pub struct Reply {
 pub fn count_tokens(protocol: Protocol, request: &Value) -> u64 {
     let mut bytes = request["messages"].to_string().len() + request["tools"].to_string().len();
     if protocol == Protocol::Responses {
-        return crate::responses::count_tokens(request);
+        return crate::responses::count_tokens(request) + image_tokens(&request["input"]);
     }
     if protocol == Protocol::Anthropic {
         bytes += request["system"].to_string().len();
     }
     let messages = request["messages"].as_array().map_or(0, Vec::len) as u64;
-    (bytes as u64).div_ceil(4) + 3 * messages
+    (bytes as u64).div_ceil(4) + 3 * messages + image_tokens(&request["messages"])
+}
+
+/// An image costs tokens by its size, not the bytes of its URL: OpenAI's
+/// vision guide prices a 512-pixel image at high detail at 85 + 170 × 4 =
+/// 765 tokens, whatever the request spends to point at it.
+const IMAGE_TOKENS: u64 = 765;
+
+fn image_tokens(parts: &Value) -> u64 {
+    match parts {
+        Value::Object(map) => {
+            let kind = map.get("type").and_then(Value::as_str);
+            let image = matches!(kind, Some("image_url" | "input_image" | "image"));
+            let own = if image { IMAGE_TOKENS } else { 0 };
+            own + map.values().map(image_tokens).sum::<u64>()
+        }
+        Value::Array(items) => items.iter().map(image_tokens).sum(),
+        _ => 0,
+    }
 }
 
 /// The signature a thinking block must carry back unchanged.

@@ -44,7 +44,11 @@ pub struct RecordedRequest {
     pub protocol: Option<Protocol>,
     /// What the fake answered.
     pub status: u16,
+    /// The prompt's size as sent.
     pub input_tokens: Option<u64>,
+    /// The fake cut the prompt to fit its window and answered 200 (a
+    /// silently truncating server, as Ollama is).
+    pub truncated: bool,
 }
 
 impl RecordedRequest {
