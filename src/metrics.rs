@@ -142,7 +142,7 @@ pub async fn render(State(handle): State<PrometheusHandle>) -> impl IntoResponse
 /// Counts requests and times them, labelled by the kind of route.
 pub async fn track(request: Request, next: Next) -> Response {
     let route = route_label(&request);
-    let method = method_label(request.method());
+    let method = standard_method(request.method()).unwrap_or("other");
     let started = Instant::now();
     let response = next.run(request).await;
     let status = response.status().as_u16().to_string();
@@ -153,10 +153,11 @@ pub async fn track(request: Request, next: Next) -> Response {
     response
 }
 
-/// A method name is client input: any token is a valid method, and each
-/// distinct label is a series kept for the life of the process. Only the
-/// standard methods get their own label.
-fn method_label(method: &http::Method) -> &'static str {
+/// The method's name when it is one of HTTP's standard methods. A method
+/// is client input: any token is a valid one, so a label or attribute
+/// made of it must fall back to a fixed name (a metric label is a series
+/// kept for the life of the process).
+pub fn standard_method(method: &http::Method) -> Option<&'static str> {
     use http::Method;
     const STANDARD: &[(Method, &str)] = &[
         (Method::GET, "GET"),
@@ -172,7 +173,7 @@ fn method_label(method: &http::Method) -> &'static str {
     STANDARD
         .iter()
         .find(|(standard, _)| standard == method)
-        .map_or("other", |(_, label)| label)
+        .map(|(_, name)| *name)
 }
 
 fn route_label(request: &Request) -> &'static str {

@@ -119,16 +119,13 @@ impl Store {
         })
     }
 
-    /// Deletes one conversation: what it alone reaches, and everything
-    /// that names it.
-    pub async fn delete_conversation(
+    /// A write transaction holding `tenant`'s lock exclusively: for a
+    /// deletion or a pruning, which choose what no conversation reaches.
+    async fn begin_exclusive(
         &self,
         tenant: &TenantId,
-        conversation: &ConversationId,
-    ) -> Result<Deleted> {
+    ) -> Result<sqlx::Transaction<'static, sqlx::Any>> {
         let mut tx = self.begin_write().await?;
-        // Before choosing what no other conversation reaches: no write may
-        // extend it between the choice and the deletion.
         lock_tenant(
             &mut tx,
             self.backend,
@@ -136,6 +133,19 @@ impl Store {
             TenantLock::Exclusive,
         )
         .await?;
+        Ok(tx)
+    }
+
+    /// Deletes one conversation: what it alone reaches, and everything
+    /// that names it.
+    pub async fn delete_conversation(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+    ) -> Result<Deleted> {
+        // Before choosing what no other conversation reaches: no write may
+        // extend it between the choice and the deletion.
+        let mut tx = self.begin_exclusive(tenant).await?;
         let sole: Vec<ChainHash> = sqlx::query(&sole_sql())
             .bind(tenant.as_str())
             .bind(conversation.to_hex())
@@ -182,14 +192,7 @@ impl Store {
 
     /// Deletes every row stored under `tenant`'s digest.
     pub async fn delete_tenant(&self, tenant: &TenantId) -> Result<Deleted> {
-        let mut tx = self.begin_write().await?;
-        lock_tenant(
-            &mut tx,
-            self.backend,
-            tenant.as_str(),
-            TenantLock::Exclusive,
-        )
-        .await?;
+        let mut tx = self.begin_exclusive(tenant).await?;
         let mut counts = Vec::with_capacity(DELETE_TENANT.len());
         for sql in DELETE_TENANT {
             let done = sqlx::query(sql)
@@ -252,14 +255,7 @@ impl Store {
         conversation: &ConversationId,
         before_ms: i64,
     ) -> Result<u64> {
-        let mut tx = self.begin_write().await?;
-        lock_tenant(
-            &mut tx,
-            self.backend,
-            tenant.as_str(),
-            TenantLock::Exclusive,
-        )
-        .await?;
+        let mut tx = self.begin_exclusive(tenant).await?;
         let (nodes, mut keep) = reach_links(&mut tx, tenant, conversation).await?;
         keep.extend(compaction_prefixes(&mut tx, tenant, conversation).await?);
         let heads = conversation_heads(&mut tx, tenant, conversation).await?;

@@ -76,22 +76,7 @@ pub fn inject(headers: &mut http::HeaderMap) {
 }
 
 /// The method as the conventions name it: one of the standard ones, else
-/// `_OTHER` (a method is client input, and any token is one).
+/// `_OTHER`.
 fn method(method: &http::Method) -> &'static str {
-    use http::Method;
-    const KNOWN: &[(Method, &str)] = &[
-        (Method::GET, "GET"),
-        (Method::POST, "POST"),
-        (Method::PUT, "PUT"),
-        (Method::DELETE, "DELETE"),
-        (Method::HEAD, "HEAD"),
-        (Method::OPTIONS, "OPTIONS"),
-        (Method::PATCH, "PATCH"),
-        (Method::CONNECT, "CONNECT"),
-        (Method::TRACE, "TRACE"),
-    ];
-    KNOWN
-        .iter()
-        .find(|(known, _)| known == method)
-        .map_or("_OTHER", |(_, name)| name)
+    crate::metrics::standard_method(method).unwrap_or("_OTHER")
 }

@@ -8,7 +8,7 @@
 use crate::helpers::admin::{admin_get, conversation_links, spawn_admin_app, wait_for};
 use crate::helpers::agent::{Agent, Dialect};
 use crate::helpers::app::{spawn_app_with, Options, TestApp, OPENAI_KEY};
-use crate::helpers::db::{both_backends, TestBackend, TestDb};
+use crate::helpers::db::{block_writes, both_backends, TestBackend, TestDb};
 use crate::helpers::process::ProxyProcess;
 use crate::lifecycle::condenser_cli;
 use condenser::conversation::{ConversationId, TenantId};
@@ -359,25 +359,6 @@ async fn a_compaction_whose_messages_fail_to_write_is_not_stored(backend: TestBa
         "no compaction without its messages"
     );
     assert_eq!(app.db.count("select count(*) from compactions").await, 0);
-}
-
-/// Holds the write lock on messages until dropped (rolled back): what the
-/// proxy queues meanwhile waits.
-async fn block_writes(
-    pool: &AnyPool,
-    backend: TestBackend,
-) -> sqlx::Transaction<'static, sqlx::Any> {
-    let mut tx = pool.begin().await.expect("transaction");
-    let statement = match backend {
-        TestBackend::Postgres => "lock table messages in exclusive mode",
-        // Any write takes SQLite's single write lock for the transaction.
-        TestBackend::Sqlite => "delete from leases where tenant = 'none'",
-    };
-    sqlx::query(statement)
-        .execute(&mut *tx)
-        .await
-        .expect("lock");
-    tx
 }
 
 async fn ask(app: &TestApp, messages: &[Value]) -> reqwest::Response {

@@ -5,7 +5,7 @@
 //! every message of it, each exactly once.
 
 use crate::helpers::app::OPENAI_KEY;
-use crate::helpers::db::{TestBackend, TestDb};
+use crate::helpers::db::{block_writes, TestBackend, TestDb};
 use crate::helpers::process::ProxyProcess;
 use fake_upstream::{FakeConfig, FakeUpstream};
 use serde_json::{json, Value};
@@ -47,26 +47,6 @@ async fn bodies(pool: &AnyPool) -> Vec<String> {
         .iter()
         .map(|row| row.get::<String, _>("body"))
         .collect()
-}
-
-/// Holds the database's write lock on messages until dropped (rolled
-/// back): the proxy's writer waits, its queue stays full of answered
-/// requests' messages.
-async fn block_writes(
-    pool: &AnyPool,
-    backend: TestBackend,
-) -> sqlx::Transaction<'static, sqlx::Any> {
-    let mut tx = pool.begin().await.expect("transaction");
-    let statement = match backend {
-        TestBackend::Postgres => "lock table messages in exclusive mode",
-        // Any write takes SQLite's single write lock for the transaction.
-        TestBackend::Sqlite => "delete from leases where tenant = 'none'",
-    };
-    sqlx::query(statement)
-        .execute(&mut *tx)
-        .await
-        .expect("lock");
-    tx
 }
 
 async fn killed_with_a_full_queue_loses_nothing_for_good(backend: TestBackend) {

@@ -247,9 +247,47 @@ fn number(span: &Span, key: &str) -> i64 {
     value.parse().unwrap_or_else(|_| panic!("{key} = {value}"))
 }
 
+/// The spans of one compacted request.
+struct Tree<'s> {
+    server: &'s Span,
+    failed: &'s Span,
+    retried: &'s Span,
+    compaction: &'s Span,
+    summaries: Vec<&'s Span>,
+}
+
+fn tree(spans: &[Span]) -> Tree<'_> {
+    let call = |attempt: &str| {
+        one(spans, "request call", |s| {
+            s.kind == CLIENT && s.attr("condenser.attempt") == Some(attempt)
+        })
+    };
+    // A 2,000-token window takes a few summary calls, one span each.
+    let summaries: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.attr("condenser.call") == Some("summary"))
+        .collect();
+    assert!(!summaries.is_empty(), "a summary call");
+    Tree {
+        server: one(spans, "server span", |s| s.kind == SERVER),
+        failed: call("1"),
+        retried: call("2"),
+        compaction: one(spans, "compaction", |s| s.kind == INTERNAL),
+        summaries,
+    }
+}
+
 fn assert_tree(api: Api, trace: &str, spans: &[Span], fake: &FakeUpstream) {
-    let (path, model) = (api.path(), api.model());
-    let server = one(spans, "server span", |s| s.kind == SERVER);
+    let tree = tree(spans);
+    assert_server_span(api, tree.server);
+    assert_calls_and_parents(api, &tree, fake);
+    assert_compaction(api, &tree);
+    assert_answers(api, &tree);
+    assert_propagated(trace, &tree, fake);
+}
+
+fn assert_server_span(api: Api, server: &Span) {
+    let path = api.path();
     assert_eq!(server.name, format!("POST {path}"));
     assert_eq!(
         server.parent_span_id, CLIENT_PARENT,
@@ -264,22 +302,19 @@ fn assert_tree(api: Api, trace: &str, spans: &[Span], fake: &FakeUpstream) {
     assert!(server
         .resource
         .contains(&("service.name".into(), "condenser".into())));
+}
 
-    let call = |attempt: &str| {
-        one(spans, "request call", |s| {
-            s.kind == CLIENT && s.attr("condenser.attempt") == Some(attempt)
-        })
-    };
-    let (failed, retried) = (call("1"), call("2"));
-    let compaction = one(spans, "compaction", |s| s.kind == INTERNAL);
-    // A 2,000-token window takes a few summary calls, one span each.
-    let summaries: Vec<&Span> = spans
-        .iter()
-        .filter(|s| s.attr("condenser.call") == Some("summary"))
-        .collect();
-    assert!(!summaries.is_empty(), "a summary call");
-    let summary = summaries[0];
-    for client in [failed, retried]
+/// Every call's GenAI names, each span under its parent, one conversation.
+fn assert_calls_and_parents(api: Api, tree: &Tree<'_>, fake: &FakeUpstream) {
+    let model = api.model();
+    let Tree {
+        server,
+        failed,
+        retried,
+        compaction,
+        summaries,
+    } = tree;
+    for client in [*failed, *retried]
         .into_iter()
         .chain(summaries.iter().copied())
     {
@@ -297,7 +332,7 @@ fn assert_tree(api: Api, trace: &str, spans: &[Span], fake: &FakeUpstream) {
             child.name
         );
     }
-    for summary in &summaries {
+    for summary in summaries {
         assert_eq!(
             summary.parent_span_id, compaction.span_id,
             "the summary calls under the compaction"
@@ -308,7 +343,7 @@ fn assert_tree(api: Api, trace: &str, spans: &[Span], fake: &FakeUpstream) {
         .expect("conversation id");
     assert_eq!(conversation.len(), 64);
     assert!(conversation.chars().all(|c| c.is_ascii_hexdigit()));
-    for span in [retried, compaction, summary] {
+    for span in [*retried, *compaction, summaries[0]] {
         assert_eq!(
             span.attr("gen_ai.conversation.id"),
             Some(conversation),
@@ -316,42 +351,45 @@ fn assert_tree(api: Api, trace: &str, spans: &[Span], fake: &FakeUpstream) {
             span.name
         );
     }
+}
 
-    // The call the upstream refused for its window.
+/// The call the upstream refused for its window, and the compaction.
+fn assert_compaction(api: Api, tree: &Tree<'_>) {
+    let Tree {
+        failed,
+        compaction,
+        summaries,
+        ..
+    } = tree;
     assert_eq!(failed.attr("condenser.call"), Some("request"));
     assert_eq!(failed.attr("error.type"), Some("context_length_exceeded"));
     assert!(failed.attr("condenser.overflow.signature").is_some());
     assert_eq!(failed.status_code, ERROR);
     assert_eq!(failed.attr("gen_ai.usage.input_tokens"), None);
 
-    // The compaction.
     assert_eq!(compaction.name, "compaction");
-    assert_eq!(
-        compaction.attr("condenser.compaction.trigger"),
-        Some("overflow")
-    );
-    assert_eq!(
-        compaction.attr("condenser.compaction.outcome"),
-        Some("stored")
-    );
-    assert_eq!(
-        compaction.attr("condenser.compaction.summary_model"),
-        Some(model)
-    );
-    assert!(number(compaction, "condenser.compaction.messages") > 0);
-    assert!(number(compaction, "condenser.compaction.messages_kept") > 0);
-    let before = number(compaction, "condenser.compaction.tokens_before");
-    assert!(number(compaction, "condenser.compaction.tokens_after") < before);
-    assert!(number(compaction, "condenser.compaction.summary_tokens") > 0);
-    let calls = number(compaction, "condenser.compaction.summary_calls");
-    assert_eq!(calls, summaries.len() as i64);
-    assert_eq!(number(compaction, "condenser.compaction.trims"), 0);
-    assert!(number(compaction, "condenser.compaction.lease_wait_ms") >= 0);
+    let attr = |key: &str| compaction.attr(&format!("condenser.compaction.{key}"));
+    assert_eq!(attr("trigger"), Some("overflow"));
+    assert_eq!(attr("outcome"), Some("stored"));
+    assert_eq!(attr("summary_model"), Some(api.model()));
+    let figure = |key: &str| number(compaction, &format!("condenser.compaction.{key}"));
+    assert!(figure("messages") > 0);
+    assert!(figure("messages_kept") > 0);
+    assert!(figure("tokens_after") < figure("tokens_before"));
+    assert!(figure("summary_tokens") > 0);
+    assert_eq!(figure("summary_calls"), summaries.len() as i64);
+    assert_eq!(figure("trims"), 0);
+    assert!(figure("lease_wait_ms") >= 0);
     assert_eq!(compaction.attr("error.type"), None);
+}
 
-    // Its summary calls (a window guessed from an overflow without
-    // numbers, the Responses API's, may make one overflow too: retried
-    // smaller), and the retry with the usage read as it passed.
+/// The summary calls (a window guessed from an overflow without numbers,
+/// the Responses API's, may make one overflow too: retried smaller), and
+/// the retry with the usage read as it passed.
+fn assert_answers(api: Api, tree: &Tree<'_>) {
+    let Tree {
+        retried, summaries, ..
+    } = tree;
     let (overflowed, written): (Vec<&Span>, Vec<&Span>) = summaries
         .iter()
         .partition(|s| s.attr("error.type").is_some());
@@ -360,11 +398,11 @@ fn assert_tree(api: Api, trace: &str, spans: &[Span], fake: &FakeUpstream) {
         assert_eq!(summary.attr("error.type"), Some("context_length_exceeded"));
         assert_eq!(summary.status_code, ERROR);
     }
-    for answered in written.into_iter().chain([retried]) {
+    for answered in written.into_iter().chain([*retried]) {
         assert_ne!(answered.status_code, ERROR, "{api:?}: {answered:#?}");
         assert_eq!(answered.attr("error.type"), None);
         assert_eq!(answered.attr("http.response.status_code"), Some("200"));
-        assert_eq!(answered.attr("gen_ai.response.model"), Some(model));
+        assert_eq!(answered.attr("gen_ai.response.model"), Some(api.model()));
         assert!(!answered
             .attr("gen_ai.response.id")
             .unwrap_or_default()
@@ -376,21 +414,21 @@ fn assert_tree(api: Api, trace: &str, spans: &[Span], fake: &FakeUpstream) {
         retried.attr("gen_ai.response.finish_reasons"),
         Some(api.finish_reasons())
     );
-    assert!(number(summary, "gen_ai.request.max_tokens") > 0);
+    assert!(number(summaries[0], "gen_ai.request.max_tokens") > 0);
+    assert_eq!(number(retried, "gen_ai.usage.cache_read.input_tokens"), 0);
     if api == Api::Messages {
-        assert_eq!(number(retried, "gen_ai.usage.cache_read.input_tokens"), 0);
         assert_eq!(
             number(retried, "gen_ai.usage.cache_creation.input_tokens"),
             0
         );
-    } else {
-        assert_eq!(number(retried, "gen_ai.usage.cache_read.input_tokens"), 0);
     }
     let streamed = (api == Api::ChatStreamed).then_some("true");
     assert_eq!(retried.attr("gen_ai.request.stream"), streamed);
+}
 
-    // The upstream saw each call's own span as its parent, and the
-    // client's vendor state.
+/// The upstream saw each call's own span as its parent, and the client's
+/// vendor state.
+fn assert_propagated(trace: &str, tree: &Tree<'_>, fake: &FakeUpstream) {
     let traced: Vec<_> = fake
         .requests()
         .into_iter()
@@ -402,16 +440,15 @@ fn assert_tree(api: Api, trace: &str, spans: &[Span], fake: &FakeUpstream) {
     let mut sent: Vec<String> = traced
         .iter()
         .filter_map(|r| r.header("traceparent").map(str::to_string))
-        .filter(|t| t.contains(trace))
         .collect();
     sent.sort();
-    let mut expected: Vec<String> = [failed, retried]
+    let mut expected: Vec<String> = [tree.failed, tree.retried]
         .iter()
-        .chain(&summaries)
+        .chain(&tree.summaries)
         .map(|s| format!("00-{trace}-{}-01", s.span_id))
         .collect();
     expected.sort();
-    assert_eq!(sent, expected, "{api:?}");
+    assert_eq!(sent, expected);
 }
 
 /// No span shows a credential, a header or a word any message carried.

@@ -191,6 +191,26 @@ macro_rules! both_backends {
 }
 pub(crate) use both_backends;
 
+/// Holds the database's write lock on messages until dropped (rolled
+/// back): the proxy's writer waits, and what it queues meanwhile stays
+/// queued.
+pub async fn block_writes(
+    pool: &AnyPool,
+    backend: TestBackend,
+) -> sqlx::Transaction<'static, sqlx::Any> {
+    let mut tx = pool.begin().await.expect("transaction");
+    let statement = match backend {
+        TestBackend::Postgres => "lock table messages in exclusive mode",
+        // Any write takes SQLite's single write lock for the transaction.
+        TestBackend::Sqlite => "delete from leases where tenant = 'none'",
+    };
+    sqlx::query(statement)
+        .execute(&mut *tx)
+        .await
+        .expect("lock");
+    tx
+}
+
 #[cfg(test)]
 mod tests {
     use super::with_database;
