@@ -36,11 +36,14 @@ target/release/fake-upstream --listen "127.0.0.1:$fake_port" --no-record \
 pids+=($!)
 wait_port "$fake_port"
 
+# Each instance runs in an empty directory on its built-in defaults, so a
+# baseline build never reads this checkout's config/default.toml.
 start_condenser() { # name binary database_url [VAR=value…]; port in $work/NAME.port, pid in $work/NAME.pid
-  local port; port="$(free_port)"
-  env CONDENSER_LISTEN="127.0.0.1:$port" DATABASE_URL="$3" \
+  local port binary; port="$(free_port)"; binary="$(realpath "$2")"
+  mkdir -p "$work/$1.cwd"
+  (cd "$work/$1.cwd" && exec env CONDENSER_LISTEN="127.0.0.1:$port" DATABASE_URL="$3" \
     CONDENSER_OPENAI_BASE_URL="http://127.0.0.1:$fake_port/v1" "${@:4}" \
-    "$2" serve >"$work/$1.log" 2>&1 &
+    "$binary" serve >"$work/$1.log" 2>&1) &
   pids+=($!)
   echo $! >"$work/$1.pid"
   echo "$port" >"$work/$1.port"

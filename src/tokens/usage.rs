@@ -152,6 +152,14 @@ pub fn json_usage(adapter: &dyn Adapter, body: &[u8]) -> Option<Usage> {
 
 /// The usage a parsed JSON response reports.
 pub fn value_usage(adapter: &dyn Adapter, value: &Value) -> Option<Usage> {
+    // Gemini's stream without `alt=sse` is one JSON array of chunks, its
+    // counts in the last.
+    if let Value::Array(chunks) = value {
+        return chunks
+            .iter()
+            .filter_map(|chunk| adapter.stream_usage(chunk))
+            .reduce(Usage::merged);
+    }
     match value.get("usage") {
         Some(usage) => adapter.usage(usage),
         // Ollama puts its counts at the top level.
@@ -452,6 +460,18 @@ mod tests {
         .expect("usage");
         assert_eq!(usage.input_tokens, 1200);
         assert_eq!(usage.output_tokens, 35);
+    }
+
+    #[test]
+    fn geminis_json_array_stream_gives_its_last_chunks_counts() {
+        let adapter = crate::protocol::Protocol::Gemini.adapter();
+        let body = br#"[{"candidates":[{"content":{"role":"model","parts":[{"text":"he"}]}}],
+            "usageMetadata":{"promptTokenCount":83,"totalTokenCount":83}},
+            {"candidates":[{"content":{"role":"model","parts":[{"text":"llo"}]},"finishReason":"STOP"}],
+            "usageMetadata":{"promptTokenCount":83,"candidatesTokenCount":14,"totalTokenCount":97}}]"#;
+        let usage = json_usage(adapter, body).expect("usage");
+        assert_eq!((usage.input_tokens, usage.output_tokens), (83, 14));
+        assert_eq!(json_usage(adapter, b"[]"), None);
     }
 
     #[test]

@@ -1,0 +1,6 @@
+//! A client's Ollama chat body: parse, canonicalize, plan.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    condenser_fuzz::chat_request(condenser::protocol::Protocol::Ollama.adapter(), data);
+});
