@@ -14,7 +14,7 @@ use bytes::Bytes;
 use condenser::conversation::identify;
 use condenser::conversation::{memo::DEFAULT_CAPACITY, ChainMemo};
 use condenser::protocol::responses::{self, Responses};
-use condenser::protocol::{Adapter, ChatRequest, Protocol};
+use condenser::protocol::{Adapter, ChatRequest};
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use http::HeaderMap;
@@ -111,7 +111,7 @@ fn serialized(adapter: &dyn Adapter, request: &ChatRequest, messages: usize) -> 
 }
 
 fn bench_identify(c: &mut Criterion<ThreadCpuTime>) {
-    let adapter = Protocol::Openai.adapter();
+    let adapter = condenser::protocol::openai::PROTOCOL.adapter();
     let request = adapter
         .parse(&history_body("history.json"))
         .expect("the history parses");

@@ -11,10 +11,10 @@ mod defaults;
 mod redact;
 mod secret;
 mod server;
+mod upstreams;
 mod validate;
 
 use crate::overflow::CustomSignature;
-use crate::protocol::Protocol;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -23,6 +23,7 @@ use std::time::Duration;
 
 pub use secret::Secret;
 pub use server::ServerSettings;
+pub use upstreams::{LegacySection, UpstreamSettings, UpstreamTable};
 pub use validate::ConfigError;
 
 /// Documented environment variables and the setting each one sets.
@@ -54,19 +55,19 @@ pub struct Settings {
     pub listen: SocketAddr,
     #[serde(default = "defaults::database_url")]
     pub database_url: String,
-    #[serde(default = "defaults::openai_base_url")]
-    pub openai_base_url: String,
-    #[serde(default = "defaults::anthropic_base_url")]
-    pub anthropic_base_url: String,
-    #[serde(default = "defaults::gemini_base_url")]
-    pub gemini_base_url: String,
-    /// The local Ollama server whose own paths (`/api/…`) Condenser serves
-    /// at its root.
+    /// Every upstream, one `[upstreams.NAME]` table each (`upstreams`).
+    #[serde(default, deserialize_with = "upstreams::tables")]
+    pub upstreams: Vec<UpstreamTable>,
+    /// Older keys for the providers' own upstreams, still read; the
+    /// `[upstreams.NAME]` table wins over them.
     #[serde(default)]
-    pub ollama: OllamaSettings,
-    /// More upstreams, each under its own path prefix.
+    pub openai_base_url: Option<String>,
     #[serde(default)]
-    pub upstreams: Vec<UpstreamSettings>,
+    pub anthropic_base_url: Option<String>,
+    #[serde(default)]
+    pub gemini_base_url: Option<String>,
+    #[serde(default)]
+    pub ollama: Option<LegacySection>,
     #[serde(default)]
     pub log_format: LogFormat,
     #[serde(default = "defaults::max_body_bytes")]
@@ -115,33 +116,6 @@ pub enum LogFormat {
     #[default]
     Human,
     Json,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct UpstreamSettings {
-    pub name: String,
-    pub base_url: String,
-    pub protocol: Protocol,
-    /// Requests under this path (e.g. `/groq`) go to this upstream, prefix removed.
-    pub path_prefix: String,
-    /// The window its models are served with when a request sets none (a
-    /// local server's default, e.g. Ollama's `num_ctx`).
-    #[serde(default)]
-    pub default_context_window: Option<u64>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OllamaSettings {
-    #[serde(default = "defaults::ollama_base_url")]
-    pub base_url: String,
-    /// Ollama's `num_ctx` when a request sets none: 4,096 on a machine
-    /// without a large GPU since Ollama 0.6.7 (2,048 before; 32,768 or
-    /// more with 24 GiB of VRAM from 0.15.5). Set it to what the server
-    /// runs with (`OLLAMA_CONTEXT_LENGTH`).
-    #[serde(default = "defaults::ollama_context_window")]
-    pub default_context_window: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -3,10 +3,9 @@
 //! Errors the proxy itself raises, rendered in the error shape of the
 //! protocol the client speaks, so SDKs parse them like upstream errors.
 
-use crate::protocol::Protocol;
+use crate::protocol::{ErrorClass, ErrorInfo, Protocol};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
@@ -70,63 +69,25 @@ impl ProxyError {
     /// The error's JSON body in `protocol`'s own shape.
     pub fn body(&self, protocol: Protocol) -> serde_json::Value {
         let message = self.to_string();
-        match protocol {
-            Protocol::Openai => json!({"error": {
-                "message": message,
-                "type": self.openai_type(),
-                "param": null,
-                "code": self.kind(),
-            }}),
-            Protocol::Anthropic => json!({"type": "error", "error": {
-                "type": self.anthropic_type(),
-                "message": message,
-            }}),
-            // Ollama's errors are one string (docs/api/errors.mdx).
-            Protocol::Ollama => json!({"error": message}),
-            // Google's: google.rpc.Status as JSON.
-            Protocol::Gemini => json!({"error": {
-                "code": self.status().as_u16(),
-                "message": message,
-                "status": self.google_status(),
-            }}),
-        }
+        protocol.provider().error_body(&ErrorInfo {
+            status: self.status().as_u16(),
+            kind: self.kind(),
+            message: &message,
+            class: self.class(),
+        })
     }
 
-    /// The `google.rpc.Code` name Google's APIs give this status.
-    fn google_status(&self) -> &'static str {
-        match self.status().as_u16() {
-            400 | 405 | 413 => "INVALID_ARGUMENT",
-            408 | 504 => "DEADLINE_EXCEEDED",
-            503 => "UNAVAILABLE",
-            _ => "INTERNAL",
-        }
-    }
-
-    fn openai_type(&self) -> &'static str {
+    /// What kind of failure this is, in the terms error shapes tell apart.
+    fn class(&self) -> ErrorClass {
         match self {
-            Self::BodyTooLarge { .. }
-            | Self::BodyRead(_)
-            | Self::BodyTimeout
-            | Self::BodyDeadline { .. }
-            | Self::MethodNotAllowed(_)
-            | Self::BadTarget(_) => "invalid_request_error",
-            _ => "api_error",
-        }
-    }
-
-    fn anthropic_type(&self) -> &'static str {
-        match self {
-            Self::BodyTooLarge { .. } => "request_too_large",
+            Self::BodyTooLarge { .. } => ErrorClass::TooLarge,
             Self::BodyRead(_) | Self::MethodNotAllowed(_) | Self::BadTarget(_) => {
-                "invalid_request_error"
+                ErrorClass::InvalidRequest
             }
-            Self::UpstreamTimeout { .. }
-            | Self::UpstreamIdle { .. }
-            | Self::BodyTimeout
-            | Self::BodyDeadline { .. } => "timeout_error",
-            Self::UpstreamUnreachable { .. } | Self::Internal => "api_error",
-            // What Anthropic answers when it is overloaded; its SDK retries it.
-            Self::Overloaded { .. } => "overloaded_error",
+            Self::BodyTimeout | Self::BodyDeadline { .. } => ErrorClass::ClientTimeout,
+            Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => ErrorClass::UpstreamTimeout,
+            Self::Overloaded { .. } => ErrorClass::Overloaded,
+            Self::UpstreamUnreachable { .. } | Self::Internal => ErrorClass::Server,
         }
     }
 
@@ -210,7 +171,7 @@ mod tests {
             upstream: "openai".into(),
             reason: "connection refused".into(),
         };
-        let body = error.body(Protocol::Openai);
+        let body = error.body(crate::protocol::openai::PROTOCOL);
         assert_eq!(
             body["error"]["message"],
             "upstream openai is unreachable: connection refused"
@@ -226,12 +187,12 @@ mod tests {
             retry_after: Duration::from_secs(1),
         };
         assert_eq!(
-            error().body(Protocol::Openai)["error"]["code"],
+            error().body(crate::protocol::openai::PROTOCOL)["error"]["code"],
             "overloaded"
         );
-        let anthropic = error().body(Protocol::Anthropic);
+        let anthropic = error().body(crate::protocol::anthropic::PROTOCOL);
         assert_eq!(anthropic["error"]["type"], "overloaded_error");
-        let response = error().into_response_for(Protocol::Openai);
+        let response = error().into_response_for(crate::protocol::openai::PROTOCOL);
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(response.headers()[http::header::RETRY_AFTER], "1");
     }
@@ -239,7 +200,7 @@ mod tests {
     #[test]
     fn anthropic_shape_is_typed_error_envelope() {
         let error = ProxyError::BodyTooLarge { limit: 10 };
-        let body = error.body(Protocol::Anthropic);
+        let body = error.body(crate::protocol::anthropic::PROTOCOL);
         assert_eq!(body["type"], "error");
         assert_eq!(body["error"]["type"], "request_too_large");
         assert_eq!(error.status(), StatusCode::PAYLOAD_TOO_LARGE);

@@ -70,6 +70,16 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
         }
         Command::CheckConfig => {
             eprintln!("configuration is valid:\n{:#?}", settings.redacted());
+            for upstream in settings.upstreams()? {
+                let at = match upstream.path_prefix.as_str() {
+                    "" => "/",
+                    prefix => prefix,
+                };
+                eprintln!(
+                    "upstream {} ({}) at {at} -> {}",
+                    upstream.name, upstream.protocol, upstream.base_url
+                );
+            }
         }
         Command::Healthcheck => condenser::cli::commands::healthcheck(settings.listen).await?,
         Command::Migrate | Command::Conversations(_) | Command::Tenants(_) => {

@@ -2,5 +2,5 @@
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    condenser_fuzz::chat_request(condenser::protocol::Protocol::Anthropic.adapter(), data);
+    condenser_fuzz::chat_request(condenser::protocol::anthropic::PROTOCOL.adapter(), data);
 });

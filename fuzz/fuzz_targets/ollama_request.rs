@@ -2,5 +2,5 @@
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    condenser_fuzz::chat_request(condenser::protocol::Protocol::Ollama.adapter(), data);
+    condenser_fuzz::chat_request(condenser::protocol::ollama::PROTOCOL.adapter(), data);
 });

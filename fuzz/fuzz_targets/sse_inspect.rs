@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use condenser::overflow::SignatureTable;
 use condenser::overflow::inspect::{inspect, Inspected};
-use condenser::protocol::{responses::Responses, Adapter, Protocol};
+use condenser::protocol::{responses::Responses, Adapter};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -37,8 +37,8 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
             .expect("a runtime")
     });
     let adapters: [&dyn Adapter; 3] = [
-        Protocol::Openai.adapter(),
-        Protocol::Anthropic.adapter(),
+        condenser::protocol::openai::PROTOCOL.adapter(),
+        condenser::protocol::anthropic::PROTOCOL.adapter(),
         &Responses,
     ];
     for adapter in adapters {

@@ -11,21 +11,6 @@ pub fn listen() -> SocketAddr {
 pub fn database_url() -> String {
     "sqlite://condenser.db".into()
 }
-pub fn openai_base_url() -> String {
-    "https://api.openai.com/v1".into()
-}
-pub fn anthropic_base_url() -> String {
-    "https://api.anthropic.com".into()
-}
-pub fn gemini_base_url() -> String {
-    "https://generativelanguage.googleapis.com".into()
-}
-pub fn ollama_base_url() -> String {
-    "http://127.0.0.1:11434".into()
-}
-pub fn ollama_context_window() -> u64 {
-    4096
-}
 /// Generous: agent requests with images and long tool output reach several MB.
 pub fn max_body_bytes() -> usize {
     32 * 1024 * 1024
@@ -145,15 +130,6 @@ impl Default for super::CompactionSettings {
             summary_timeout: summary_timeout(),
             max_summary_calls: max_summary_calls(),
             proactive_threshold: proactive_threshold(),
-        }
-    }
-}
-
-impl Default for super::OllamaSettings {
-    fn default() -> Self {
-        Self {
-            base_url: ollama_base_url(),
-            default_context_window: ollama_context_window(),
         }
     }
 }

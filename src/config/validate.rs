@@ -4,7 +4,6 @@
 //! fails there with one line naming the key, not at the first request.
 
 use super::{CompactionSettings, Settings};
-use std::collections::HashSet;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
@@ -36,10 +35,6 @@ impl ConfigError {
 
 impl Settings {
     pub fn validate(&self) -> Result<(), ConfigError> {
-        check_base_url("openai_base_url", &self.openai_base_url)?;
-        check_base_url("anthropic_base_url", &self.anthropic_base_url)?;
-        check_base_url("ollama.base_url", &self.ollama.base_url)?;
-        check_base_url("gemini_base_url", &self.gemini_base_url)?;
         check_database_url(&self.database_url)?;
         self.validate_upstreams()?;
         self.server.validate(self.max_body_bytes)?;
@@ -139,44 +134,9 @@ impl Settings {
         }
         Ok(())
     }
-
-    fn validate_upstreams(&self) -> Result<(), ConfigError> {
-        let mut names = HashSet::new();
-        let mut prefixes = HashSet::new();
-        for (index, upstream) in self.upstreams.iter().enumerate() {
-            let key = |field: &str| format!("upstreams[{index}].{field}");
-            check_base_url(&key("base_url"), &upstream.base_url)?;
-            let prefix = &upstream.path_prefix;
-            if !prefix.starts_with('/') || prefix.ends_with('/') || prefix.len() < 2 {
-                return Err(ConfigError::invalid(
-                    key("path_prefix"),
-                    "must look like /name (leading slash, none trailing)",
-                ));
-            }
-            if prefix == "/v1" {
-                return Err(ConfigError::invalid(
-                    key("path_prefix"),
-                    "/v1 is the default upstreams' path",
-                ));
-            }
-            if !names.insert(upstream.name.as_str()) {
-                return Err(ConfigError::invalid(
-                    key("name"),
-                    format!("duplicate upstream name {:?}", upstream.name),
-                ));
-            }
-            if !prefixes.insert(prefix.as_str()) {
-                return Err(ConfigError::invalid(
-                    key("path_prefix"),
-                    format!("duplicate path prefix {prefix:?}"),
-                ));
-            }
-        }
-        Ok(())
-    }
 }
 
-fn check_base_url(key: &str, value: &str) -> Result<(), ConfigError> {
+pub(super) fn check_base_url(key: &str, value: &str) -> Result<(), ConfigError> {
     let url = url::Url::parse(value)
         .map_err(|error| ConfigError::invalid(key, format!("{error} ({value:?})")))?;
     if !matches!(url.scheme(), "http" | "https") {

@@ -126,14 +126,13 @@ fn credential(headers: &HeaderMap) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::Protocol;
 
     fn outline(adapter: &dyn Adapter, body: impl Into<bytes::Bytes>) -> Outline {
         adapter.outline(body.into()).expect("outlines")
     }
 
     fn conversation(key: &str, body: &str) -> Conversation {
-        let adapter = Protocol::Openai.adapter();
+        let adapter = crate::protocol::openai::PROTOCOL.adapter();
         let mut headers = HeaderMap::new();
         headers.insert(
             "authorization",
@@ -160,7 +159,7 @@ mod tests {
     }
 
     fn with_headers(pairs: &[(&str, &str)], body: &str) -> Conversation {
-        let adapter = Protocol::Openai.adapter();
+        let adapter = crate::protocol::openai::PROTOCOL.adapter();
         let mut headers = HeaderMap::new();
         headers.insert("authorization", "Bearer k".parse().expect("header"));
         for (name, value) in pairs {
@@ -346,8 +345,8 @@ mod tests {
 
     fn adapters() -> [(&'static str, &'static dyn Adapter); 3] {
         [
-            ("openai", Protocol::Openai.adapter()),
-            ("anthropic", Protocol::Anthropic.adapter()),
+            ("openai", crate::protocol::openai::PROTOCOL.adapter()),
+            ("anthropic", crate::protocol::anthropic::PROTOCOL.adapter()),
             ("responses", &crate::protocol::responses::Responses),
         ]
     }
@@ -397,7 +396,7 @@ mod tests {
             {"role": "user", "content": "ok"},
             {"role": "user", "content": "ok"},
         ]});
-        let adapter = Protocol::Openai.adapter();
+        let adapter = crate::protocol::openai::PROTOCOL.adapter();
         let chain = chain_of(adapter, "k", &body, Some(&memo));
         assert_eq!(chain, chain_of(adapter, "k", &body, None));
         let distinct: std::collections::HashSet<_> = chain.iter().collect();
@@ -413,15 +412,15 @@ mod tests {
         let headers = HeaderMap::new();
         for (adapter, body) in [
             (
-                Protocol::Openai.adapter(),
+                crate::protocol::openai::PROTOCOL.adapter(),
                 r#"{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","content":"\ud800"}]}"#,
             ),
             (
-                Protocol::Openai.adapter(),
+                crate::protocol::openai::PROTOCOL.adapter(),
                 r#"{"model":"m","messages":[{"role":"system","content":"\udfff"},{"role":"user","content":"a"}]}"#,
             ),
             (
-                Protocol::Anthropic.adapter(),
+                crate::protocol::anthropic::PROTOCOL.adapter(),
                 r#"{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","n":1e400}]}"#,
             ),
         ] {
@@ -444,7 +443,7 @@ mod tests {
         let responses = r#"{"model":"m","instructions":"s","input":[{"role":"user","content":"a"},{"type":"reasoning","id":"r"},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"b"}]}"#;
         let responses_adapter: &dyn Adapter = &crate::protocol::responses::Responses;
         for (adapter, body) in [
-            (Protocol::Openai.adapter(), chat),
+            (crate::protocol::openai::PROTOCOL.adapter(), chat),
             (responses_adapter, responses),
         ] {
             let memo = ChainMemo::new(100);
@@ -471,7 +470,7 @@ mod tests {
     /// identity, and kept for storing; the rest stay text.
     #[test]
     fn the_newest_messages_are_parsed_once_and_kept() {
-        let adapter = Protocol::Openai.adapter();
+        let adapter = crate::protocol::openai::PROTOCOL.adapter();
         let memo = ChainMemo::new(100);
         let headers = HeaderMap::new();
         let turn = |messages: &str| {

@@ -198,7 +198,6 @@ fn complete_events_end(bytes: &[u8]) -> usize {
 mod tests {
     use super::*;
     use crate::protocol::responses::Responses;
-    use crate::protocol::Protocol;
 
     fn answer(status: u16, content_type: &str, chunks: &[&str]) -> reqwest::Response {
         let chunks: Vec<Result<Bytes, std::io::Error>> = chunks
@@ -280,7 +279,7 @@ mod tests {
         let later =
             "data: {\"error\":{\"message\":\"prompt is too long: 9 tokens > 1 maximum\"}}\n\n";
         let response = stream(&[first, later]);
-        let adapter = Protocol::Openai.adapter();
+        let adapter = crate::protocol::openai::PROTOCOL.adapter();
         let inspected = inspect(response, &SignatureTable::builtin(), adapter, IDLE)
             .await
             .expect("not stalled");
@@ -298,7 +297,7 @@ mod tests {
             // vLLM's engine check, raised once the stream has begun.
             ("vllm", "data: {\"error\":{\"message\":\"The decoder prompt (length 8825) is longer than the maximum model length of 8192.\",\"type\":\"BadRequestError\",\"param\":null,\"code\":400}}\n\n"),
         ];
-        let adapter = Protocol::Openai.adapter();
+        let adapter = crate::protocol::openai::PROTOCOL.adapter();
         for (want, event) in events {
             let response = stream(&[event, "data: [DONE]\n\n"]);
             let inspected = inspect(response, &SignatureTable::builtin(), adapter, IDLE)
@@ -316,7 +315,7 @@ mod tests {
     #[tokio::test]
     async fn a_5xx_is_read_only_when_a_signature_lists_it() {
         let table = SignatureTable::builtin();
-        let adapter = Protocol::Openai.adapter();
+        let adapter = crate::protocol::openai::PROTOCOL.adapter();
         let body = r#"{"error":{"code":500,"message":"Context size has been exceeded.","type":"server_error"}}"#;
         let inspected = inspect(
             answer(500, "application/json", &[body]),

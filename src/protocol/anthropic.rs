@@ -5,18 +5,23 @@
 use super::openai::summary_text;
 use super::request::serialize_replacing;
 use super::{
-    elide_middle, with_text_content, Adapter, ChatRequest, Outline, Protocol, SummaryCall,
-    SystemPart, ToolLinks, Trimmed, Usage,
+    elide_middle, with_text_content, Adapter, ChatRequest, Endpoint, ErrorClass, ErrorInfo,
+    Outline, Protocol, Provider, Root, SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed,
+    Usage, WindowProbe,
 };
 use crate::protocol::canonical::canonical_json;
 use bytes::Bytes;
+use http::{HeaderMap, Method};
 use serde_json::{json, Value};
 
 pub struct Anthropic;
 
+/// Anthropic's API family: Messages and its siblings under `/v1`.
+pub const PROTOCOL: Protocol = Protocol::of(&Anthropic);
+
 impl Adapter for Anthropic {
     fn protocol(&self) -> Protocol {
-        Protocol::Anthropic
+        PROTOCOL
     }
 
     fn outline(&self, body: Bytes) -> Option<Outline> {
@@ -237,6 +242,71 @@ fn usage_of(usage: &Value) -> Option<Usage> {
         output_tokens: output,
         cached_tokens: 0,
     })
+}
+
+impl Provider for Anthropic {
+    fn name(&self) -> &'static str {
+        "anthropic"
+    }
+
+    fn chat(&self) -> &'static dyn Adapter {
+        &Anthropic
+    }
+
+    fn endpoint(&self, method: &Method, path: &str) -> Endpoint {
+        if method == Method::POST && path == "/v1/messages" {
+            Endpoint::Chat
+        } else {
+            Endpoint::Passthrough
+        }
+    }
+
+    fn adapter(&self, _endpoint: Endpoint) -> &'static dyn Adapter {
+        &Anthropic
+    }
+
+    /// Anthropic base URLs carry no version: the path is kept.
+    fn upstream_path<'p>(&self, path: &'p str) -> &'p str {
+        path
+    }
+
+    fn root(&self) -> Option<Root> {
+        Some(Root {
+            base_url: "https://api.anthropic.com",
+            default_window: None,
+            legacy_key: Some("anthropic_base_url"),
+        })
+    }
+
+    /// Its own paths, and the paths both APIs serve (`/v1/models`) when
+    /// the client is Anthropic's: its SDKs always send `anthropic-version`,
+    /// OpenAI's never do.
+    fn claims(&self, path: &str, headers: &HeaderMap) -> bool {
+        path.starts_with("/v1/messages") || headers.contains_key("anthropic-version")
+    }
+
+    fn error_body(&self, error: &ErrorInfo<'_>) -> Value {
+        let kind = match error.class {
+            ErrorClass::TooLarge => "request_too_large",
+            ErrorClass::InvalidRequest => "invalid_request_error",
+            ErrorClass::ClientTimeout | ErrorClass::UpstreamTimeout => "timeout_error",
+            ErrorClass::Server => "api_error",
+            // What Anthropic answers when it is overloaded; its SDK retries it.
+            ErrorClass::Overloaded => "overloaded_error",
+        };
+        json!({"type": "error", "error": {"type": kind, "message": error.message}})
+    }
+
+    fn telemetry(&self) -> TelemetryNames {
+        TelemetryNames {
+            operation: "chat",
+            provider: "anthropic",
+        }
+    }
+
+    fn window_probe(&self) -> Option<WindowProbe> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -15,14 +15,19 @@
 use super::openai::summary_text;
 use super::request::serialize_replacing;
 use super::{
-    elide_middle, Adapter, ChatRequest, Outline, Protocol, SummaryCall, SystemPart, ToolLinks,
-    Trimmed, Usage,
+    elide_middle, Adapter, ChatRequest, Endpoint, ErrorInfo, Outline, Protocol, Provider, Root,
+    SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage, WindowProbe,
 };
 use crate::protocol::canonical::canonical_json;
 use bytes::Bytes;
+use http::{HeaderMap, Method};
 use serde_json::{json, Value};
 
 pub struct Gemini;
+
+/// Google's Gemini API, at its own paths (`/v1beta/…`,
+/// `/v1/models/{model}:{method}`).
+pub const PROTOCOL: Protocol = Protocol::of(&Gemini);
 
 /// The model named in a request path `…/models/{model}:{method}`, and
 /// whether the method streams; `None` for any other path.
@@ -55,7 +60,7 @@ fn link(part: &Value, camel: &str, snake: &str) -> Option<String> {
 
 impl Adapter for Gemini {
     fn protocol(&self) -> Protocol {
-        Protocol::Gemini
+        PROTOCOL
     }
 
     /// A body alone does not say the model: only [`Adapter::outline_at`]
@@ -294,6 +299,75 @@ fn part_text(part: &Value) -> String {
         .and_then(|p| p.keys().next().cloned())
         .unwrap_or_default();
     format!(" [{kind}]")
+}
+
+impl Provider for Gemini {
+    fn name(&self) -> &'static str {
+        "gemini"
+    }
+
+    fn chat(&self) -> &'static dyn Adapter {
+        &Gemini
+    }
+
+    fn endpoint(&self, method: &Method, path: &str) -> Endpoint {
+        let chat = matches!(
+            model_and_method(path),
+            Some((_, "generateContent" | "streamGenerateContent"))
+        );
+        if method == Method::POST && chat {
+            Endpoint::Chat
+        } else {
+            Endpoint::Passthrough
+        }
+    }
+
+    fn adapter(&self, _endpoint: Endpoint) -> &'static dyn Adapter {
+        &Gemini
+    }
+
+    fn upstream_path<'p>(&self, path: &'p str) -> &'p str {
+        path
+    }
+
+    fn root(&self) -> Option<Root> {
+        Some(Root {
+            base_url: "https://generativelanguage.googleapis.com",
+            default_window: None,
+            legacy_key: Some("gemini_base_url"),
+        })
+    }
+
+    /// Everything under `/v1beta/` and `/upload/`, and a model's methods
+    /// under `/v1/` (`/v1/models/{model}:generateContent`, which the `:`
+    /// tells from OpenAI's `/v1/models/{model}`).
+    fn claims(&self, path: &str, _headers: &HeaderMap) -> bool {
+        path.starts_with("/v1beta/")
+            || path.starts_with("/upload/")
+            || (path.starts_with("/v1/models/") && model_and_method(path).is_some())
+    }
+
+    /// Google's: google.rpc.Status as JSON.
+    fn error_body(&self, error: &ErrorInfo<'_>) -> Value {
+        let status = match error.status {
+            400 | 405 | 413 => "INVALID_ARGUMENT",
+            408 | 504 => "DEADLINE_EXCEEDED",
+            503 => "UNAVAILABLE",
+            _ => "INTERNAL",
+        };
+        json!({"error": {"code": error.status, "message": error.message, "status": status}})
+    }
+
+    fn telemetry(&self) -> TelemetryNames {
+        TelemetryNames {
+            operation: "generate_content",
+            provider: "gcp.gemini",
+        }
+    }
+
+    fn window_probe(&self) -> Option<WindowProbe> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! Steps 2 to 7, the protocol seam.
 //!
-//! The protocol seam (ARCHITECTURE.md "Protocol adapters"): everything that differs
-//! between LLM APIs sits behind one [`Adapter`] per API. The pipeline, the
+//! The protocol seam (ARCHITECTURE.md "Adding a provider"): everything that
+//! differs between LLM APIs sits behind one [`Provider`] per API family and
+//! one [`Adapter`] per API it serves. The pipeline, the
 //! planner and the store never look inside a message themselves.
 
 pub mod anthropic;
@@ -11,6 +12,7 @@ mod head;
 pub mod models;
 pub mod ollama;
 pub mod openai;
+mod provider;
 mod request;
 pub mod responses;
 
@@ -18,8 +20,11 @@ use serde_json::Value;
 
 use bytes::Bytes;
 pub use models::OutputField;
+pub use provider::{
+    providers, register, Endpoint, ErrorClass, ErrorInfo, Protocol, Provider, Root, TelemetryNames,
+    WindowProbe,
+};
 pub use request::{ChatRequest, Outline, Piece, Span, SystemPart};
-use serde::Deserialize;
 
 /// Starts the inserted summary message, and lets a later compaction (and
 /// the test upstream) recognise it.
@@ -28,40 +33,6 @@ pub const SUMMARY_MARKER: &str = "[condenser:summary]";
 /// An SSE comment: every SSE client skips it, and it keeps a connection
 /// and its user waiting on a summary.
 pub const SSE_KEEPALIVE: &[u8] = b": condenser is compacting the conversation\n\n";
-
-/// The API dialect an upstream speaks, and so the shape of its errors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Protocol {
-    /// OpenAI Chat Completions and everything under an OpenAI-style `/v1`.
-    Openai,
-    /// Anthropic Messages.
-    Anthropic,
-    /// Ollama's native API (`/api/chat`).
-    Ollama,
-    /// Google's Gemini API (`models/{model}:generateContent`).
-    Gemini,
-}
-
-impl Protocol {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Openai => "openai",
-            Self::Anthropic => "anthropic",
-            Self::Ollama => "ollama",
-            Self::Gemini => "gemini",
-        }
-    }
-
-    pub fn adapter(self) -> &'static dyn Adapter {
-        match self {
-            Self::Openai => &openai::OpenAi,
-            Self::Anthropic => &anthropic::Anthropic,
-            Self::Ollama => &ollama::Ollama,
-            Self::Gemini => &gemini::Gemini,
-        }
-    }
-}
 
 /// Tool calls a message makes and tool results it carries, by id.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -180,18 +151,14 @@ pub trait Adapter: Send + Sync {
     /// Byte strings that show a request carries inputs that are not text
     /// (images, audio, files) or server-side tools: such a request's token
     /// count says little about its bytes, so it calibrates nothing.
-    fn non_text_markers(&self) -> &'static [&'static str] {
-        &[]
-    }
+    fn non_text_markers(&self) -> &'static [&'static str];
 
     /// The text of a non-streamed response.
     fn response_text(&self, response: &Value) -> Option<String>;
 
     /// Whether a non-streamed response stopped at its output limit (a
     /// reasoning model can spend all of it before writing a word).
-    fn ran_out(&self, _response: &Value) -> bool {
-        false
-    }
+    fn ran_out(&self, response: &Value) -> bool;
 
     /// The output-limit field an error answer refuses, when it names one
     /// (OpenAI's `unsupported_parameter`).
@@ -238,15 +205,11 @@ pub trait Adapter: Send + Sync {
 
     /// Token counts a non-streamed response reports in its top-level
     /// `usage` object, which every API names so; `usage` is that object.
-    fn usage(&self, _usage: &Value) -> Option<Usage> {
-        None
-    }
+    fn usage(&self, usage: &Value) -> Option<Usage>;
 
     /// Token counts one SSE event's parsed `data` reports (final chunk /
     /// message_delta / response.completed).
-    fn stream_usage(&self, _event: &Value) -> Option<Usage> {
-        None
-    }
+    fn stream_usage(&self, event: &Value) -> Option<Usage>;
 
     /// Whether a 200 stream's event (its `data`) is one the API sends
     /// before any output, after which it may still fail with an overflow
@@ -390,7 +353,7 @@ mod tests {
     #[test]
     fn a_rebuilt_request_keeps_every_number_exactly() {
         let body = br#"{"model":"m","temperature":0.7,"messages":[{"role":"user","content":"x","n":10e24,"m":2.2250738585072011e-308}]}"#;
-        for protocol in [Protocol::Openai, Protocol::Anthropic] {
+        for protocol in [openai::PROTOCOL, anthropic::PROTOCOL] {
             let adapter = protocol.adapter();
             let parsed = adapter.parse(body).expect("parses");
             let rebuilt = adapter.build(&parsed, &parsed.messages().iter().collect::<Vec<_>>());

@@ -18,13 +18,18 @@ use super::head::role_of;
 use super::openai::{summary_text, text_of};
 use super::request::serialize_replacing;
 use super::{
-    Adapter, ChatRequest, Outline, Protocol, SummaryCall, SystemPart, ToolLinks, Trimmed, Usage,
+    Adapter, ChatRequest, Endpoint, ErrorInfo, Outline, Protocol, Provider, Root, SummaryCall,
+    SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage, WindowProbe,
 };
 use crate::protocol::canonical::canonical_json;
 use bytes::Bytes;
+use http::{HeaderMap, Method};
 use serde_json::{json, Value};
 
 pub struct Ollama;
+
+/// Ollama's native API, served at Condenser's root (`/api/…`).
+pub const PROTOCOL: Protocol = Protocol::of(&Ollama);
 
 /// A line a newline-delimited stream tolerates while a summary is written:
 /// an empty assistant chunk, which every client appends as nothing.
@@ -32,7 +37,7 @@ pub const KEEPALIVE_LINE: &[u8] = b"{\"model\":\"\",\"created_at\":\"1970-01-01T
 
 impl Adapter for Ollama {
     fn protocol(&self) -> Protocol {
-        Protocol::Ollama
+        PROTOCOL
     }
 
     fn outline(&self, body: Bytes) -> Option<Outline> {
@@ -182,6 +187,76 @@ impl Adapter for Ollama {
     fn stream_usage(&self, line: &Value) -> Option<Usage> {
         self.usage(line)
     }
+}
+
+impl Provider for Ollama {
+    fn name(&self) -> &'static str {
+        "ollama"
+    }
+
+    fn chat(&self) -> &'static dyn Adapter {
+        &Ollama
+    }
+
+    fn endpoint(&self, method: &Method, path: &str) -> Endpoint {
+        if method == Method::POST && path == "/api/chat" {
+            Endpoint::Chat
+        } else {
+            Endpoint::Passthrough
+        }
+    }
+
+    fn adapter(&self, _endpoint: Endpoint) -> &'static dyn Adapter {
+        &Ollama
+    }
+
+    fn upstream_path<'p>(&self, path: &'p str) -> &'p str {
+        path
+    }
+
+    /// Ollama's `num_ctx` when a request sets none: 4,096 on a machine
+    /// without a large GPU since Ollama 0.6.7 (2,048 before; 32,768 or
+    /// more with 24 GiB of VRAM from 0.15.5). Operators set what the
+    /// server runs with (`OLLAMA_CONTEXT_LENGTH`).
+    fn root(&self) -> Option<Root> {
+        Some(Root {
+            base_url: "http://127.0.0.1:11434",
+            default_window: Some(4096),
+            legacy_key: Some("ollama.base_url"),
+        })
+    }
+
+    fn claims(&self, path: &str, _headers: &HeaderMap) -> bool {
+        path.starts_with("/api/")
+    }
+
+    /// Ollama's errors are one string (docs/api/errors.mdx).
+    fn error_body(&self, error: &ErrorInfo<'_>) -> Value {
+        json!({"error": error.message})
+    }
+
+    fn telemetry(&self) -> TelemetryNames {
+        TelemetryNames {
+            operation: "chat",
+            provider: "ollama",
+        }
+    }
+
+    fn window_probe(&self) -> Option<WindowProbe> {
+        Some(WindowProbe {
+            path: "/api/show",
+            body: |model| json!({"model": model}),
+            read: trained_length,
+        })
+    }
+}
+
+/// `model_info["<general.architecture>.context_length"]` of Ollama's
+/// `/api/show` (docs/api.md).
+fn trained_length(show: &Value) -> Option<u64> {
+    let info = show.get("model_info")?;
+    let architecture = info.get("general.architecture")?.as_str()?;
+    info.get(format!("{architecture}.context_length"))?.as_u64()
 }
 
 #[cfg(test)]

@@ -5,15 +5,21 @@
 use super::head::role_of;
 use super::request::serialize_replacing;
 use super::{
-    copy_routing, elide_middle, models, with_text_content, Adapter, ChatRequest, Outline,
-    OutputField, Protocol, SummaryCall, SystemPart, ToolLinks, Trimmed, Usage, SUMMARY_MARKER,
+    copy_routing, elide_middle, models, with_text_content, Adapter, ChatRequest, Endpoint,
+    ErrorClass, ErrorInfo, Outline, OutputField, Protocol, Provider, Root, SummaryCall, SystemPart,
+    TelemetryNames, ToolLinks, Trimmed, Usage, WindowProbe, SUMMARY_MARKER,
 };
 use crate::protocol::canonical::canonical_json;
 use bytes::Bytes;
+use http::{HeaderMap, Method};
 use serde_json::{json, Value};
 use std::ops::Range;
 
 pub struct OpenAi;
+
+/// OpenAI's API family: Chat Completions, Responses, and everything else
+/// under an OpenAI-style `/v1`, which most compatible servers copy.
+pub const PROTOCOL: Protocol = Protocol::of(&OpenAi);
 
 /// The output-limit field the client used for this model, else the one its
 /// family requires.
@@ -47,7 +53,7 @@ const SYSTEM_ROLES: &[&str] = &["system", "developer"];
 
 impl Adapter for OpenAi {
     fn protocol(&self) -> Protocol {
-        Protocol::Openai
+        PROTOCOL
     }
 
     fn outline(&self, body: Bytes) -> Option<Outline> {
@@ -252,6 +258,83 @@ pub fn text_of(content: Option<&Value>) -> String {
             .collect::<Vec<_>>()
             .join("\n"),
         _ => String::new(),
+    }
+}
+
+impl Provider for OpenAi {
+    fn name(&self) -> &'static str {
+        "openai"
+    }
+
+    fn chat(&self) -> &'static dyn Adapter {
+        &OpenAi
+    }
+
+    fn endpoint(&self, method: &Method, path: &str) -> Endpoint {
+        // `…/responses/compact`, `…/responses/{id}` and friends pass through.
+        match (method == Method::POST, path) {
+            (true, p) if p.ends_with("/responses") => Endpoint::Responses,
+            (true, p) if p.ends_with("/chat/completions") => Endpoint::Chat,
+            _ => Endpoint::Passthrough,
+        }
+    }
+
+    fn adapter(&self, endpoint: Endpoint) -> &'static dyn Adapter {
+        match endpoint {
+            Endpoint::Responses => &super::responses::Responses,
+            Endpoint::Chat | Endpoint::Passthrough => &OpenAi,
+        }
+    }
+
+    /// OpenAI-style base URLs already end in their version (`…/v1`,
+    /// `…/openai/v1`) and SDKs append `/chat/completions`; clients reach
+    /// Condenser at `/v1/…`, so that `/v1` is dropped.
+    fn upstream_path<'p>(&self, path: &'p str) -> &'p str {
+        match path.strip_prefix("/v1") {
+            Some(rest) if rest.is_empty() || rest.starts_with('/') => rest,
+            _ => path,
+        }
+    }
+
+    fn root(&self) -> Option<Root> {
+        Some(Root {
+            base_url: "https://api.openai.com/v1",
+            default_window: None,
+            legacy_key: Some("openai_base_url"),
+        })
+    }
+
+    /// The catch-all: whatever no other provider claims.
+    fn claims(&self, _path: &str, _headers: &HeaderMap) -> bool {
+        true
+    }
+
+    fn error_body(&self, error: &ErrorInfo<'_>) -> Value {
+        let kind = match error.class {
+            ErrorClass::InvalidRequest | ErrorClass::TooLarge | ErrorClass::ClientTimeout => {
+                "invalid_request_error"
+            }
+            ErrorClass::UpstreamTimeout | ErrorClass::Overloaded | ErrorClass::Server => {
+                "api_error"
+            }
+        };
+        json!({"error": {
+            "message": error.message,
+            "type": kind,
+            "param": null,
+            "code": error.kind,
+        }})
+    }
+
+    fn telemetry(&self) -> TelemetryNames {
+        TelemetryNames {
+            operation: "chat",
+            provider: "openai",
+        }
+    }
+
+    fn window_probe(&self) -> Option<WindowProbe> {
+        None
     }
 }
 

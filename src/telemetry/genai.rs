@@ -19,7 +19,7 @@
 //! ([`super::content`]), a word of any message. None of this is made when
 //! spans are not exported.
 
-use crate::protocol::Usage;
+use crate::protocol::{TelemetryNames, Usage};
 use opentelemetry::trace::{Status, TraceContextExt};
 use serde_json::Value;
 use std::time::Duration;
@@ -50,17 +50,21 @@ pub struct Origin {
 }
 
 impl Origin {
-    /// `protocol` is the upstream's protocol name, `url` where the calls
-    /// go, `conversation` Condenser's conversation id (made only when
-    /// spans are exported).
-    pub fn new(protocol: &str, url: &url::Url, conversation: impl FnOnce() -> String) -> Self {
+    /// `names` are the upstream's provider's, `url` where the calls go,
+    /// `conversation` Condenser's conversation id (made only when spans
+    /// are exported).
+    pub fn new(
+        names: TelemetryNames,
+        url: &url::Url,
+        conversation: impl FnOnce() -> String,
+    ) -> Self {
         if !super::exporting() {
             return Self::default();
         }
         let host = url.host_str();
         Self {
-            operation: operation(protocol),
-            provider: provider(protocol, host),
+            operation: names.operation,
+            provider: provider(names, host),
             address: host.map(str::to_string),
             port: url.port_or_known_default(),
             conversation: conversation(),
@@ -68,18 +72,10 @@ impl Origin {
     }
 }
 
-/// The operation of a protocol's chat endpoint.
-fn operation(protocol: &str) -> &'static str {
-    match protocol {
-        "gemini" => "generate_content",
-        _ => "chat",
-    }
-}
-
 /// `gen_ai.provider.name`: the well-known values of the conventions where
-/// the upstream's host names the provider, else the protocol it speaks (a
-/// local or unlisted server).
-pub fn provider(protocol: &str, host: Option<&str>) -> &'static str {
+/// the upstream's host names the provider, else the name its provider
+/// gives (a local or unlisted server).
+pub fn provider(names: TelemetryNames, host: Option<&str>) -> &'static str {
     const HOSTS: &[(&str, &str)] = &[
         ("api.openai.com", "openai"),
         (".openai.azure.com", "azure.ai.openai"),
@@ -109,13 +105,7 @@ pub fn provider(protocol: &str, host: Option<&str>) -> &'static str {
     {
         return name;
     }
-    match protocol {
-        "openai" => "openai",
-        "anthropic" => "anthropic",
-        "ollama" => "ollama",
-        "gemini" => "gcp.gemini",
-        _ => "_OTHER",
-    }
+    names.provider
 }
 
 /// Which call a call span stands for.
@@ -489,23 +479,26 @@ pub fn compaction_failed(span: &Span, kind: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::{anthropic, gemini, openai, Protocol};
     use serde_json::json;
 
     #[test]
     fn providers_by_host_then_protocol() {
-        assert_eq!(provider("openai", Some("api.openai.com")), "openai");
+        let names = |protocol: Protocol| protocol.provider().telemetry();
+        let (openai, anthropic) = (names(openai::PROTOCOL), names(anthropic::PROTOCOL));
+        assert_eq!(provider(openai, Some("api.openai.com")), "openai");
         assert_eq!(
-            provider("openai", Some("x.openai.azure.com")),
+            provider(openai, Some("x.openai.azure.com")),
             "azure.ai.openai"
         );
-        assert_eq!(provider("openai", Some("openrouter.ai")), "openrouter");
-        assert_eq!(provider("openai", Some("127.0.0.1")), "openai");
-        assert_eq!(provider("anthropic", Some("localhost")), "anthropic");
+        assert_eq!(provider(openai, Some("openrouter.ai")), "openrouter");
+        assert_eq!(provider(openai, Some("127.0.0.1")), "openai");
+        assert_eq!(provider(anthropic, Some("localhost")), "anthropic");
         assert_eq!(
-            provider("anthropic", Some("bedrock-runtime.us-east-1.amazonaws.com")),
+            provider(anthropic, Some("bedrock-runtime.us-east-1.amazonaws.com")),
             "aws.bedrock"
         );
-        assert_eq!(provider("gemini", None), "gcp.gemini");
+        assert_eq!(provider(names(gemini::PROTOCOL), None), "gcp.gemini");
     }
 
     fn read(events: &[Value]) -> Answer {

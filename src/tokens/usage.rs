@@ -432,7 +432,7 @@ mod tests {
     fn read_events(chunks: &[&str]) -> Option<Usage> {
         let read = UsageRead::new();
         let mut reader = Reader {
-            parser: Parser::events(crate::protocol::Protocol::Anthropic.adapter()),
+            parser: Parser::events(crate::protocol::anthropic::PROTOCOL.adapter()),
             usage_tap: None,
             read: read.clone(),
             answer: None,
@@ -464,7 +464,7 @@ mod tests {
 
     #[test]
     fn geminis_json_array_stream_gives_its_last_chunks_counts() {
-        let adapter = crate::protocol::Protocol::Gemini.adapter();
+        let adapter = crate::protocol::gemini::PROTOCOL.adapter();
         let body = br#"[{"candidates":[{"content":{"role":"model","parts":[{"text":"he"}]}}],
             "usageMetadata":{"promptTokenCount":83,"totalTokenCount":83}},
             {"candidates":[{"content":{"role":"model","parts":[{"text":"llo"}]},"finishReason":"STOP"}],
@@ -481,7 +481,7 @@ mod tests {
 
     #[test]
     fn a_json_response_gives_its_usage_whatever_else_it_holds() {
-        use crate::protocol::{responses::Responses, Protocol};
+        use crate::protocol::responses::Responses;
         let openai = br#"{"id":"c","choices":[{"message":{"role":"assistant","content":"\ud83d\ude00 x"}}],"usage":{"prompt_tokens":120,"completion_tokens":8,"total_tokens":128}}"#;
         let anthropic = br#"{"content":[{"type":"text","text":"x"}],"usage":{"input_tokens":100,"cache_read_input_tokens":20,"output_tokens":8}}"#;
         let responses =
@@ -491,13 +491,16 @@ mod tests {
             output_tokens: 8,
             cached_tokens: 0,
         });
-        assert_eq!(json_usage(Protocol::Openai.adapter(), openai), expected);
         assert_eq!(
-            json_usage(Protocol::Anthropic.adapter(), anthropic),
+            json_usage(crate::protocol::openai::PROTOCOL.adapter(), openai),
+            expected
+        );
+        assert_eq!(
+            json_usage(crate::protocol::anthropic::PROTOCOL.adapter(), anthropic),
             expected
         );
         assert_eq!(json_usage(&Responses, responses), expected);
-        let adapter = Protocol::Openai.adapter();
+        let adapter = crate::protocol::openai::PROTOCOL.adapter();
         assert_eq!(json_usage(adapter, br#"{"choices":[]}"#), None);
         assert_eq!(json_usage(adapter, br#"{"usage":null}"#), None);
         assert_eq!(json_usage(adapter, br#"{"usage":{"prompt_tokens":1"#), None);

@@ -5,7 +5,7 @@
 //! configuration: the request contributes its path and query, never a host.
 
 use crate::config::Settings;
-use crate::protocol::responses::Responses;
+pub use crate::protocol::Endpoint;
 use crate::protocol::{Adapter, Protocol};
 use http::{HeaderMap, Method};
 use reqwest::Url;
@@ -24,6 +24,7 @@ pub struct Upstream {
 }
 
 impl Upstream {
+    #[cfg(test)]
     fn new(name: &str, base_url: &str, protocol: Protocol) -> Result<Arc<Self>, url::ParseError> {
         Self::with_window(name, base_url, protocol, None)
     }
@@ -56,17 +57,6 @@ impl Upstream {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
-    /// Chat Completions / Messages: parsed, persisted, compacted when needed.
-    Chat,
-    /// OpenAI Responses on an OpenAI-protocol upstream: handled like Chat,
-    /// by its own adapter.
-    Responses,
-    /// Anything else, byte for byte.
-    Passthrough,
-}
-
 #[derive(Debug, Clone)]
 pub struct Route {
     pub upstream: Arc<Upstream>,
@@ -76,64 +66,40 @@ pub struct Route {
 }
 
 impl Route {
-    /// The adapter for what this route handles: the Responses API, or the
-    /// upstream protocol's chat endpoint.
+    /// The adapter for what this route handles.
     pub fn adapter(&self) -> &'static dyn Adapter {
-        match self.endpoint {
-            Endpoint::Responses => &Responses,
-            Endpoint::Chat | Endpoint::Passthrough => self.upstream.protocol.adapter(),
-        }
+        self.upstream.protocol.provider().adapter(self.endpoint)
     }
 }
 
 #[derive(Debug)]
 pub struct RouteTable {
-    openai: Arc<Upstream>,
-    anthropic: Arc<Upstream>,
-    /// Ollama's own paths (`/api/…`) at Condenser's root.
-    ollama: Arc<Upstream>,
-    /// Gemini's own paths (`/v1beta/…`, `/v1/models/{model}:{method}`).
-    gemini: Arc<Upstream>,
+    /// Each provider's own upstream at Condenser's root, in the order a
+    /// request is offered to them; the last is the catch-all.
+    roots: Vec<Arc<Upstream>>,
     /// (path prefix, upstream), longest prefix first.
     prefixed: Vec<(String, Arc<Upstream>)>,
 }
 
 impl RouteTable {
-    /// Fails only on a base URL that does not parse, which validated
-    /// settings never hold.
-    pub fn from_settings(settings: &Settings) -> Result<Self, url::ParseError> {
-        let mut prefixed = settings
-            .upstreams
-            .iter()
-            .map(|u| {
-                Ok((
-                    u.path_prefix.clone(),
-                    Upstream::with_window(
-                        &u.name,
-                        &u.base_url,
-                        u.protocol,
-                        u.default_context_window,
-                    )?,
-                ))
-            })
-            .collect::<Result<Vec<_>, url::ParseError>>()?;
+    /// Fails only on settings that do not resolve or a base URL that does
+    /// not parse, which validated settings never hold.
+    pub fn from_settings(settings: &Settings) -> Result<Self, RouteError> {
+        let mut roots = Vec::new();
+        let mut prefixed = Vec::new();
+        for u in settings.upstreams()? {
+            let upstream =
+                Upstream::with_window(&u.name, &u.base_url, u.protocol, u.default_context_window)?;
+            match u.path_prefix.as_str() {
+                "" => roots.push(upstream),
+                prefix => prefixed.push((prefix.to_string(), upstream)),
+            }
+        }
+        if roots.is_empty() {
+            return Err(RouteError::NoRoot);
+        }
         prefixed.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
-        Ok(Self {
-            openai: Upstream::new("openai", &settings.openai_base_url, Protocol::Openai)?,
-            anthropic: Upstream::new(
-                "anthropic",
-                &settings.anthropic_base_url,
-                Protocol::Anthropic,
-            )?,
-            ollama: Upstream::with_window(
-                "ollama",
-                &settings.ollama.base_url,
-                Protocol::Ollama,
-                Some(settings.ollama.default_context_window),
-            )?,
-            gemini: Upstream::new("gemini", &settings.gemini_base_url, Protocol::Gemini)?,
-            prefixed,
-        })
+        Ok(Self { roots, prefixed })
     }
 
     pub fn resolve(
@@ -144,8 +110,9 @@ impl RouteTable {
         headers: &HeaderMap,
     ) -> Route {
         let (upstream, rest) = self.pick(path, headers);
-        let endpoint = endpoint(upstream.protocol, method, rest);
-        let url = upstream.url(upstream_path(upstream.protocol, rest), query);
+        let provider = upstream.protocol.provider();
+        let endpoint = provider.endpoint(method, rest);
+        let url = upstream.url(provider.upstream_path(rest), query);
         Route {
             upstream: upstream.clone(),
             endpoint,
@@ -167,82 +134,40 @@ impl RouteTable {
                 }
             }
         }
-        if path.starts_with("/api/") {
-            (&self.ollama, path)
-        } else if is_gemini(path) {
-            (&self.gemini, path)
-        } else if path.starts_with("/v1/messages") || looks_like_anthropic(headers) {
-            (&self.anthropic, path)
-        } else {
-            (&self.openai, path)
-        }
+        let claimed = self
+            .roots
+            .iter()
+            .find(|upstream| upstream.protocol.provider().claims(path, headers));
+        let fallback = self.roots.last().expect("from_settings keeps one root");
+        (claimed.unwrap_or(fallback), path)
     }
 }
 
-/// Gemini's paths: everything under `/v1beta/` and `/upload/`, and a model's
-/// methods under `/v1/` (`/v1/models/{model}:generateContent`, which the
-/// `:` tells from OpenAI's `/v1/models/{model}`).
-fn is_gemini(path: &str) -> bool {
-    path.starts_with("/v1beta/")
-        || path.starts_with("/upload/")
-        || (path.starts_with("/v1/models/")
-            && crate::protocol::gemini::model_and_method(path).is_some())
-}
-
-/// Both APIs serve `/v1/models` and friends; Anthropic's SDKs always send
-/// `anthropic-version`, OpenAI's never do.
-fn looks_like_anthropic(headers: &HeaderMap) -> bool {
-    headers.contains_key("anthropic-version")
-}
-
-fn endpoint(protocol: Protocol, method: &Method, path: &str) -> Endpoint {
-    // `…/responses/compact`, `…/responses/{id}` and friends pass through.
-    if protocol == Protocol::Openai && method == Method::POST && path.ends_with("/responses") {
-        return Endpoint::Responses;
-    }
-    let chat = method == Method::POST
-        && match protocol {
-            Protocol::Openai => path.ends_with("/chat/completions"),
-            Protocol::Anthropic => path == "/v1/messages",
-            Protocol::Ollama => path == "/api/chat",
-            Protocol::Gemini => matches!(
-                crate::protocol::gemini::model_and_method(path),
-                Some((_, "generateContent" | "streamGenerateContent"))
-            ),
-        };
-    if chat {
-        Endpoint::Chat
-    } else {
-        Endpoint::Passthrough
-    }
-}
-
-/// OpenAI-style base URLs already end in their version (`…/v1`, `…/openai/v1`)
-/// and SDKs append `/chat/completions`; clients reach Condenser at `/v1/…`, so
-/// that `/v1` is dropped. Anthropic base URLs carry no version: the path is kept.
-fn upstream_path(protocol: Protocol, path: &str) -> &str {
-    match protocol {
-        Protocol::Openai => match path.strip_prefix("/v1") {
-            Some(rest) if rest.is_empty() || rest.starts_with('/') => rest,
-            _ => path,
-        },
-        Protocol::Anthropic | Protocol::Ollama | Protocol::Gemini => path,
-    }
+/// Why routing could not be built from settings.
+#[derive(Debug, thiserror::Error)]
+pub enum RouteError {
+    #[error(transparent)]
+    Settings(#[from] crate::config::ConfigError),
+    #[error("an upstream base URL does not parse: {0}")]
+    Url(#[from] url::ParseError),
+    #[error("no provider serves Condenser's root")]
+    NoRoot,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::UpstreamSettings;
+    use crate::config::UpstreamTable;
+    use crate::protocol::{anthropic, gemini, ollama, openai};
 
     fn table() -> RouteTable {
         let mut settings: Settings =
             serde_json::from_value(serde_json::json!({})).expect("defaults deserialize");
-        settings.upstreams.push(UpstreamSettings {
+        settings.upstreams.push(UpstreamTable {
             name: "groq".into(),
-            base_url: "https://api.groq.com/openai/v1".into(),
-            protocol: Protocol::Openai,
-            path_prefix: "/groq".into(),
+            base_url: Some("https://api.groq.com/openai/v1".into()),
+            protocol: Some(openai::PROTOCOL),
+            path_prefix: Some("/groq".into()),
             default_context_window: None,
         });
         RouteTable::from_settings(&settings).expect("valid base URLs")
@@ -255,7 +180,7 @@ mod tests {
             "/v1/models/gemini-2.5-flash:generateContent",
         ] {
             let route = resolve(Method::POST, path, Some("alt=sse"));
-            assert_eq!(route.upstream.protocol, Protocol::Gemini, "{path}");
+            assert_eq!(route.upstream.protocol, gemini::PROTOCOL, "{path}");
             assert_eq!(route.endpoint, Endpoint::Chat, "{path}");
         }
         let count = resolve(
@@ -264,21 +189,21 @@ mod tests {
             None,
         );
         assert_eq!(count.endpoint, Endpoint::Passthrough);
-        assert_eq!(count.upstream.protocol, Protocol::Gemini);
+        assert_eq!(count.upstream.protocol, gemini::PROTOCOL);
         let openai = resolve(Method::GET, "/v1/models/gpt-4o", None);
-        assert_eq!(openai.upstream.protocol, Protocol::Openai);
+        assert_eq!(openai.upstream.protocol, openai::PROTOCOL);
     }
 
     #[test]
     fn ollamas_own_paths_at_the_root_go_to_ollama() {
         let chat = resolve(Method::POST, "/api/chat", None);
-        assert_eq!(chat.upstream.protocol, Protocol::Ollama);
+        assert_eq!(chat.upstream.protocol, ollama::PROTOCOL);
         assert_eq!(chat.endpoint, Endpoint::Chat);
         assert_eq!(chat.url.as_str(), "http://127.0.0.1:11434/api/chat");
         assert_eq!(chat.upstream.default_window, Some(4096));
         let tags = resolve(Method::GET, "/api/tags", None);
         assert_eq!(tags.endpoint, Endpoint::Passthrough);
-        assert_eq!(tags.upstream.protocol, Protocol::Ollama);
+        assert_eq!(tags.upstream.protocol, ollama::PROTOCOL);
     }
 
     fn resolve(method: Method, path: &str, query: Option<&str>) -> Route {
@@ -303,7 +228,7 @@ mod tests {
             "https://api.anthropic.com/v1/messages?beta=true"
         );
         assert_eq!(route.endpoint, Endpoint::Chat);
-        assert_eq!(route.upstream.protocol, Protocol::Anthropic);
+        assert_eq!(route.upstream.protocol, anthropic::PROTOCOL);
     }
 
     #[test]
@@ -329,7 +254,7 @@ mod tests {
         let route = resolve(Method::POST, "/v1/responses", None);
         assert_eq!(route.endpoint, Endpoint::Responses);
         assert_eq!(route.url.as_str(), "https://api.openai.com/v1/responses");
-        assert_eq!(route.adapter().protocol(), Protocol::Openai);
+        assert_eq!(route.adapter().protocol(), openai::PROTOCOL);
         for path in ["/v1/responses/compact", "/v1/responses/resp_1/cancel"] {
             assert_eq!(
                 resolve(Method::POST, path, None).endpoint,
@@ -362,7 +287,7 @@ mod tests {
             ("https://host.example/v1", "/a//b/%2F/c\\d", None),
         ];
         for (base, path, query) in cases {
-            let upstream = Upstream::new("u", base, Protocol::Openai).expect("parses");
+            let upstream = Upstream::new("u", base, openai::PROTOCOL).expect("parses");
             let whole = match query {
                 Some(query) => format!("{}{path}?{query}", base.trim_end_matches('/')),
                 None => format!("{}{path}", base.trim_end_matches('/')),
@@ -380,7 +305,7 @@ mod tests {
     #[test]
     fn a_path_never_names_the_host() {
         let upstream =
-            Upstream::new("u", "https://api.anthropic.com", Protocol::Anthropic).expect("parses");
+            Upstream::new("u", "https://api.anthropic.com", anthropic::PROTOCOL).expect("parses");
         for path in [
             "@evil.example/v1/messages",
             "//evil.example/x",

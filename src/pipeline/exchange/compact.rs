@@ -9,7 +9,7 @@ use crate::conversation::Conversation;
 use crate::overflow::{OverflowSignal, SignatureName};
 use crate::pipeline::budget::CompactionBudget;
 use crate::pipeline::persist::Persist;
-use crate::protocol::{ChatRequest, Protocol};
+use crate::protocol::{ChatRequest, WindowProbe};
 use crate::store::{Compaction, CompactionFailure, Trigger};
 use crate::telemetry::genai;
 use crate::tokens::{self, ModelSize, SizeSource};
@@ -130,23 +130,23 @@ impl Exchange {
         if let (Some((window, source)), Some(ceiling)) = (known.window, known.ceiling) {
             known.window = Some((window.min(ceiling), source));
         }
-        if upstream.protocol == Protocol::Ollama {
-            self.ask_ceiling(upstream, &request.model);
+        if let Some(probe) = upstream.protocol.provider().window_probe() {
+            self.ask_ceiling(upstream, &request.model, probe);
         }
         known
     }
 
-    /// Asks an Ollama server, once per model and in the background, for the
-    /// model's trained context length (`/api/show`'s `model_info`).
-    fn ask_ceiling(&self, upstream: &Arc<Upstream>, model: &str) {
+    /// Asks the server, once per model and in the background, for the
+    /// model's trained context length, where its provider says how.
+    fn ask_ceiling(&self, upstream: &Arc<Upstream>, model: &str, probe: WindowProbe) {
         let sizes = &self.state.sizes;
         if !sizes.first_ceiling_ask(&upstream.name, model) {
             return;
         }
         let (state, upstream, model) = (self.state.clone(), upstream.clone(), model.to_string());
         self.state.background.spawn(async move {
-            let url = upstream.url("/api/show", None);
-            let body = serde_json::json!({"model": model}).to_string();
+            let url = upstream.url(probe.path, None);
+            let body = (probe.body)(&model).to_string();
             let mut headers = http::HeaderMap::new();
             let json = http::HeaderValue::from_static("application/json");
             headers.insert(http::header::CONTENT_TYPE, json);
@@ -159,7 +159,7 @@ impl Exchange {
                 return;
             };
             let show = serde_json::from_slice(&bytes).unwrap_or_default();
-            if let Some(tokens) = trained_length(&show) {
+            if let Some(tokens) = (probe.read)(&show) {
                 state.sizes.learn_ceiling(&upstream.name, &model, tokens);
             }
         });
@@ -263,12 +263,4 @@ impl Exchange {
             max_calls: self.state.settings.compaction.max_summary_calls as usize,
         }
     }
-}
-
-/// `model_info["<general.architecture>.context_length"]` of Ollama's
-/// `/api/show` (docs/api.md).
-fn trained_length(show: &serde_json::Value) -> Option<u64> {
-    let info = show.get("model_info")?;
-    let architecture = info.get("general.architecture")?.as_str()?;
-    info.get(format!("{architecture}.context_length"))?.as_u64()
 }

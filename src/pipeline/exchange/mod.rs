@@ -68,9 +68,11 @@ impl Exchange {
     pub fn new(state: AppState, incoming: Incoming, persist: Persist) -> Self {
         let route = &incoming.route;
         let conversation = &incoming.conversation;
-        let origin = genai::Origin::new(route.upstream.protocol.as_str(), &route.url, || {
-            conversation.id.to_hex()
-        });
+        let origin = genai::Origin::new(
+            route.upstream.protocol.provider().telemetry(),
+            &route.url,
+            || conversation.id.to_hex(),
+        );
         Self {
             state,
             incoming,

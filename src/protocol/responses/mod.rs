@@ -43,7 +43,7 @@ const PREAMBLE_EVENTS: &[&str] = &[
 
 impl Adapter for Responses {
     fn protocol(&self) -> Protocol {
-        Protocol::Openai
+        super::openai::PROTOCOL
     }
 
     /// Each unit kept as the span of its items, as chat messages are

@@ -1,0 +1,255 @@
+//! Steps 1 to 7, the protocol seam: what a provider is, and the registry.
+//!
+//! A provider is one API family (OpenAI, Anthropic, Ollama, Gemini, or a
+//! dialect registered from outside the crate): one module that says how
+//! its requests are routed, which endpoints Condenser handles and with
+//! which [`Adapter`], what its errors look like, what telemetry calls it,
+//! and how its servers are asked for a model's window. Everything outside
+//! `protocol/` asks the provider and never names one.
+
+use super::{anthropic, gemini, ollama, openai, Adapter};
+use http::{HeaderMap, Method};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+use std::fmt;
+use std::sync::RwLock;
+
+/// The built-in providers, in the order a request at Condenser's root is
+/// offered to them: the first whose [`Provider::claims`] holds gets it, so
+/// the catch-all (OpenAI's, whose paths every compatible server copies)
+/// comes last. Adding a provider to the crate is one line here.
+static BUILT_IN: &[&dyn Provider] = &[
+    &ollama::Ollama,
+    &gemini::Gemini,
+    &anthropic::Anthropic,
+    &openai::OpenAi,
+];
+
+/// Providers registered at run time ([`register`]), offered before the
+/// built-in ones.
+static REGISTERED: RwLock<Vec<&'static dyn Provider>> = RwLock::new(Vec::new());
+
+/// Adds a provider defined outside the crate (an embedding program's own
+/// dialect). Registering a name twice keeps the first. Call it before the
+/// settings are loaded: a `protocol = "NAME"` setting is resolved then.
+pub fn register(provider: &'static dyn Provider) {
+    let mut registered = REGISTERED.write().unwrap_or_else(|e| e.into_inner());
+    let taken = |p: &&dyn Provider| p.name() == provider.name();
+    if !registered.iter().any(taken) && !BUILT_IN.iter().any(taken) {
+        registered.push(provider);
+    }
+}
+
+/// Every provider, in routing order.
+pub fn providers() -> Vec<Protocol> {
+    let registered = REGISTERED.read().unwrap_or_else(|e| e.into_inner());
+    registered
+        .iter()
+        .chain(BUILT_IN)
+        .map(|p| Protocol(*p))
+        .collect()
+}
+
+/// Which of the endpoints a provider serves a request is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A chat endpoint: parsed, persisted, compacted when needed.
+    Chat,
+    /// OpenAI's Responses API, handled like Chat by its own adapter.
+    Responses,
+    /// Anything else, byte for byte.
+    Passthrough,
+}
+
+/// A provider's own upstream at Condenser's root, when it has one.
+#[derive(Debug, Clone, Copy)]
+pub struct Root {
+    /// Where the provider's API lives unless configured otherwise.
+    pub base_url: &'static str,
+    /// The window its models are served with when a request sets none.
+    pub default_window: Option<u64>,
+    /// The setting that named its base URL before `[upstreams.NAME]`,
+    /// still read; `None` for a provider that came later.
+    pub legacy_key: Option<&'static str>,
+}
+
+/// What kind of failure a proxy error is, in the terms error shapes
+/// distinguish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The request is wrong (malformed, a forbidden method or target).
+    InvalidRequest,
+    /// The request body is over a limit.
+    TooLarge,
+    /// The client took too long to send its request.
+    ClientTimeout,
+    /// The upstream took too long to answer.
+    UpstreamTimeout,
+    /// Condenser is out of room for now; retrying later helps.
+    Overloaded,
+    /// The upstream or Condenser failed.
+    Server,
+}
+
+/// An error Condenser answers itself, for a provider to render.
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorInfo<'a> {
+    pub status: u16,
+    /// Low-cardinality name, as in `x-condenser-error`.
+    pub kind: &'a str,
+    pub message: &'a str,
+    pub class: ErrorClass,
+}
+
+/// The names OpenTelemetry's GenAI conventions give a provider's calls.
+#[derive(Debug, Clone, Copy)]
+pub struct TelemetryNames {
+    /// `gen_ai.operation.name` of its chat endpoint.
+    pub operation: &'static str,
+    /// `gen_ai.provider.name` where the upstream's host names none.
+    pub provider: &'static str,
+}
+
+/// A request that asks a server for a model's trained context length,
+/// sent once per model in the background.
+#[derive(Debug, Clone, Copy)]
+pub struct WindowProbe {
+    /// Path on the upstream, POSTed to.
+    pub path: &'static str,
+    /// The JSON body asking about `model`.
+    pub body: fn(model: &str) -> Value,
+    /// The trained length the answer states, if any.
+    pub read: fn(answer: &Value) -> Option<u64>,
+}
+
+/// One API family. Every method is required: a provider that forgot one
+/// would route, answer errors or name its spans wrongly without a word.
+pub trait Provider: Send + Sync + 'static {
+    /// Its name in configuration (`protocol = "NAME"`, `[upstreams.NAME]`),
+    /// metrics and logs.
+    fn name(&self) -> &'static str;
+
+    /// The adapter of its chat endpoint.
+    fn chat(&self) -> &'static dyn Adapter;
+
+    /// Which endpoint a request to `path` (after any path prefix) is.
+    fn endpoint(&self, method: &Method, path: &str) -> Endpoint;
+
+    /// The adapter for an endpoint Condenser handles.
+    fn adapter(&self, endpoint: Endpoint) -> &'static dyn Adapter;
+
+    /// The path the upstream is sent for `path`, relative to its base URL.
+    fn upstream_path<'p>(&self, path: &'p str) -> &'p str;
+
+    /// Its own upstream at Condenser's root; `None` for a dialect reached
+    /// only under a configured path prefix.
+    fn root(&self) -> Option<Root>;
+
+    /// Whether a request at Condenser's root is this provider's.
+    fn claims(&self, path: &str, headers: &HeaderMap) -> bool;
+
+    /// An error Condenser answers, in this API's error shape.
+    fn error_body(&self, error: &ErrorInfo<'_>) -> Value;
+
+    /// What telemetry calls this provider's calls.
+    fn telemetry(&self) -> TelemetryNames;
+
+    /// How its servers state a model's trained context length, where they
+    /// do (Ollama's `/api/show`).
+    fn window_probe(&self) -> Option<WindowProbe>;
+}
+
+/// A registered provider, by handle: cheap to copy, compared by name.
+#[derive(Clone, Copy)]
+pub struct Protocol(&'static dyn Provider);
+
+impl Protocol {
+    /// The handle of `provider`, for its own module's constant.
+    pub const fn of(provider: &'static dyn Provider) -> Self {
+        Self(provider)
+    }
+
+    /// The registered provider called `name`.
+    pub fn named(name: &str) -> Option<Self> {
+        providers().into_iter().find(|p| p.as_str() == name)
+    }
+
+    pub fn provider(self) -> &'static dyn Provider {
+        self.0
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.0.name()
+    }
+
+    /// The adapter of its chat endpoint.
+    pub fn adapter(self) -> &'static dyn Adapter {
+        self.0.chat()
+    }
+}
+
+impl PartialEq for Protocol {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Protocol {}
+
+impl std::hash::Hash for Protocol {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl fmt::Debug for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Protocol {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Protocol::named(&name).ok_or_else(|| {
+            let known: Vec<_> = providers().iter().map(|p| p.as_str()).collect();
+            serde::de::Error::custom(format!(
+                "unknown protocol {name:?}; known: {}",
+                known.join(", ")
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A provider missing from a registry would route nowhere, answer
+    /// errors in another's shape or be unnamed in configuration: each
+    /// built-in one is reachable by name, from its own chat adapter, and
+    /// through every seam the rest of the crate asks.
+    #[test]
+    fn every_built_in_provider_is_in_every_registry() {
+        for provider in BUILT_IN {
+            let protocol = Protocol::named(provider.name()).expect("named");
+            assert_eq!(protocol.adapter().protocol(), protocol);
+            let info = ErrorInfo {
+                status: 502,
+                kind: "upstream_unreachable",
+                message: "down",
+                class: ErrorClass::Server,
+            };
+            assert!(provider.error_body(&info).to_string().contains("down"));
+            assert!(!provider.telemetry().provider.is_empty());
+            let root = provider.root().expect("built-in providers serve the root");
+            assert!(root.base_url.starts_with("http"));
+        }
+    }
+}
