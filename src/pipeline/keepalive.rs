@@ -7,7 +7,7 @@
 //! compactions keep the upstream's real status and headers.
 
 use super::work::{Finished, Work};
-use crate::protocol::Adapter;
+use crate::protocol::{Adapter, Protocol};
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -20,13 +20,21 @@ use tracing::Instrument;
 
 pub const KEEPALIVE_COMMENT: &[u8] = crate::protocol::SSE_KEEPALIVE;
 
+/// What a committed stream is written in: the endpoint's framing, and the
+/// provider whose error shape an in-band error takes.
+#[derive(Clone, Copy)]
+pub struct Speaks {
+    pub adapter: &'static dyn Adapter,
+    pub protocol: Protocol,
+}
+
 /// Waits for `work`; if it starts compacting and runs one `interval` past
 /// that, answers with an event stream fed by keep-alives and then by it.
 pub async fn respond(
     mut work: Work,
     mut compacting: watch::Receiver<bool>,
     interval: Duration,
-    adapter: &'static dyn Adapter,
+    speaks: Speaks,
 ) -> Response {
     let mut watching = !interval.is_zero();
     loop {
@@ -42,7 +50,7 @@ pub async fn respond(
                 }
                 tokio::select! {
                     finished = &mut work => return finished_response(finished),
-                    () = tokio::time::sleep(interval) => return commit_early(work, interval, adapter),
+                    () = tokio::time::sleep(interval) => return commit_early(work, interval, speaks),
                 }
             }
         }
@@ -71,12 +79,13 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("panicked")
 }
 
-fn commit_early(work: Work, interval: Duration, adapter: &'static dyn Adapter) -> Response {
+fn commit_early(work: Work, interval: Duration, speaks: Speaks) -> Response {
+    let adapter = speaks.adapter;
     let (sender, receiver) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     // Tracked: after a client hangs up, this task alone finishes the
     // compaction, and shutdown must wait for it as for any other.
     let background = work.background().clone();
-    background.spawn(feed(work, sender, interval, adapter).in_current_span());
+    background.spawn(feed(work, sender, interval, speaks).in_current_span());
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(receiver));
     let mut response = Response::new(body);
     let headers = response.headers_mut();
@@ -99,11 +108,11 @@ async fn feed(
     mut work: Work,
     sender: mpsc::Sender<Result<Bytes, std::io::Error>>,
     interval: Duration,
-    adapter: &'static dyn Adapter,
+    speaks: Speaks,
 ) {
-    let _ = sender
-        .send(Ok(Bytes::from_static(adapter.keepalive())))
-        .await;
+    let adapter = speaks.adapter;
+    let keepalive = || Ok(Bytes::from_static(adapter.keepalive()));
+    let _ = sender.send(keepalive()).await;
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     let finished = loop {
         tokio::select! {
@@ -111,13 +120,13 @@ async fn feed(
             _ = ticks.tick() => {
                 // A closed channel means the client left; the work goes on
                 // so what it compacted is stored for the next request.
-                let _ = sender.send(Ok(Bytes::from_static(adapter.keepalive()))).await;
+                let _ = sender.send(keepalive()).await;
             }
         }
     };
     let Ok((response, report)) = finished else {
         tracing::error!("request failed after keep-alives were sent");
-        let error = crate::error::ProxyError::Internal.body(adapter.protocol());
+        let error = crate::error::ProxyError::Internal.body(speaks.protocol);
         let _ = sender
             .send(Ok(adapter.stream_error_event(&error).into()))
             .await;

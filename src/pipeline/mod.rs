@@ -50,6 +50,10 @@ pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -
     let (writer, storage) = (&state.writer, &state.storage);
     let persist = persist::Persist::new(writer, storage, adapter, body.len(), arrived_at_ms);
     let upstream = &route.upstream.name;
+    let speaks = keepalive::Speaks {
+        adapter,
+        protocol: route.upstream.protocol,
+    };
     let observed =
         observe::Observed::new(state, upstream, &chat.model, &conversation, arrived_at_ms);
     let stream = chat.stream;
@@ -74,7 +78,7 @@ pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -
     } else {
         std::time::Duration::ZERO
     };
-    keepalive::respond(work, compacting_rx, keepalive_interval, adapter).await
+    keepalive::respond(work, compacting_rx, keepalive_interval, speaks).await
 }
 
 /// Google's APIs also take the key as `?key=`: identity reads it as the

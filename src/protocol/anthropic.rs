@@ -20,10 +20,6 @@ pub struct Anthropic;
 pub const PROTOCOL: Protocol = Protocol::of(&Anthropic);
 
 impl Adapter for Anthropic {
-    fn protocol(&self) -> Protocol {
-        PROTOCOL
-    }
-
     fn outline(&self, body: Bytes) -> Option<Outline> {
         Outline::read(body, "messages", |body, _, _| {
             SystemPart::Value(body.get("system").cloned().unwrap_or(Value::Null))

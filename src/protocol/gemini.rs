@@ -59,10 +59,6 @@ fn link(part: &Value, camel: &str, snake: &str) -> Option<String> {
 }
 
 impl Adapter for Gemini {
-    fn protocol(&self) -> Protocol {
-        PROTOCOL
-    }
-
     /// A body alone does not say the model: only [`Adapter::outline_at`]
     /// outlines a Gemini request.
     fn outline(&self, _body: Bytes) -> Option<Outline> {

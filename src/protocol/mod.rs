@@ -85,8 +85,6 @@ impl Usage {
 }
 
 pub trait Adapter: Send + Sync {
-    fn protocol(&self) -> Protocol;
-
     /// Splits a request body into system part and messages, keeping every
     /// other field; the messages may stay spans of `body` until they are
     /// needed ([`Outline`]). `None` when the body is not a request this

@@ -36,10 +36,6 @@ pub const PROTOCOL: Protocol = Protocol::of(&Ollama);
 pub const KEEPALIVE_LINE: &[u8] = b"{\"model\":\"\",\"created_at\":\"1970-01-01T00:00:00Z\",\"message\":{\"role\":\"assistant\",\"content\":\"\"},\"done\":false}\n";
 
 impl Adapter for Ollama {
-    fn protocol(&self) -> Protocol {
-        PROTOCOL
-    }
-
     fn outline(&self, body: Bytes) -> Option<Outline> {
         let outline = Outline::read(body, "messages", |_, items, text| {
             let system = |span: &std::ops::Range<usize>| role_of(&text[span.clone()]) == "system";

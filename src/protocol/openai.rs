@@ -52,10 +52,6 @@ fn system_role(client: &ChatRequest) -> &'static str {
 const SYSTEM_ROLES: &[&str] = &["system", "developer"];
 
 impl Adapter for OpenAi {
-    fn protocol(&self) -> Protocol {
-        PROTOCOL
-    }
-
     fn outline(&self, body: Bytes) -> Option<Outline> {
         Outline::read(body, "messages", |_, items, text| {
             let is_system =

@@ -239,7 +239,7 @@ mod tests {
     fn every_built_in_provider_is_in_every_registry() {
         for provider in BUILT_IN {
             let protocol = Protocol::named(provider.name()).expect("named");
-            assert_eq!(protocol.adapter().protocol(), protocol);
+            assert_eq!(protocol.as_str(), provider.name());
             let info = ErrorInfo {
                 status: 502,
                 kind: "upstream_unreachable",

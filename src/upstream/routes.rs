@@ -254,7 +254,7 @@ mod tests {
         let route = resolve(Method::POST, "/v1/responses", None);
         assert_eq!(route.endpoint, Endpoint::Responses);
         assert_eq!(route.url.as_str(), "https://api.openai.com/v1/responses");
-        assert_eq!(route.adapter().protocol(), openai::PROTOCOL);
+        assert_eq!(route.upstream.protocol, openai::PROTOCOL);
         for path in ["/v1/responses/compact", "/v1/responses/resp_1/cancel"] {
             assert_eq!(
                 resolve(Method::POST, path, None).endpoint,

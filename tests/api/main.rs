@@ -21,6 +21,7 @@ mod local_servers;
 mod overload;
 mod persistence;
 mod process;
+mod providers;
 mod realllm;
 mod relaying;
 mod rescue;

@@ -17,8 +17,7 @@ mod units;
 use super::openai::summary_text;
 use super::request::serialize_replacing;
 use super::{
-    copy_routing, models, Adapter, ChatRequest, Outline, Protocol, SummaryCall, ToolLinks, Trimmed,
-    Usage,
+    copy_routing, models, Adapter, ChatRequest, Outline, SummaryCall, ToolLinks, Trimmed, Usage,
 };
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -42,10 +41,6 @@ const PREAMBLE_EVENTS: &[&str] = &[
 ];
 
 impl Adapter for Responses {
-    fn protocol(&self) -> Protocol {
-        super::openai::PROTOCOL
-    }
-
     /// Each unit kept as the span of its items, as chat messages are
     /// kept: a re-sent history costs a scan of its bytes, not a parse.
     fn outline(&self, body: Bytes) -> Option<Outline> {

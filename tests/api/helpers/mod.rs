@@ -8,6 +8,7 @@ pub mod browser;
 pub mod db;
 pub mod fixtures;
 pub mod fleet;
+pub mod minimal_dialect;
 pub mod otlp;
 pub mod process;
 pub mod raw_client;
