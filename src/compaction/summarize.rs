@@ -9,9 +9,9 @@
 
 use super::call::{self, CallError};
 use super::chunks::{self, Chunk};
+use crate::domain::CompactionFailure;
 use crate::overflow::{OverflowSignal, SignatureTable};
 use crate::protocol::{Adapter, ChatRequest};
-use crate::store::CompactionFailure;
 use crate::tokens::{Calibration, Sizes};
 use crate::upstream::routes::Route;
 use crate::upstream::UpstreamClient;

@@ -4,8 +4,9 @@
 
 use super::json_rows::{hash_rows, rows_source, BatchStatement, HASH_COLUMN};
 use super::rows::{hash_column, HASH_CHUNK};
-use super::{Result, Store, Trigger};
-use crate::conversation::{ChainHash, TenantId, TrimRecord};
+use super::{Result, Store};
+use crate::conversation::{ChainHash, TenantId};
+use crate::domain::{Trigger, TrimRecord};
 use futures_util::TryStreamExt;
 use sqlx::any::AnyRow;
 use sqlx::{FromRow, Row};

@@ -41,7 +41,7 @@ struct BySize;
 impl Weighter<ChainHash, Arc<Remembered>> for BySize {
     fn weight(&self, _key: &ChainHash, value: &Arc<Remembered>) -> u64 {
         let compaction = &value.compaction;
-        let trims = compaction.trims.len() * std::mem::size_of::<crate::conversation::TrimRecord>();
+        let trims = compaction.trims.len() * std::mem::size_of::<crate::domain::TrimRecord>();
         (std::mem::size_of::<Remembered>()
             + compaction.summary.len()
             + compaction.model.len()
@@ -180,7 +180,7 @@ mod tests {
             tokens_before: 100,
             tokens_after: 10,
             model: "m".into(),
-            trigger: crate::store::Trigger::Overflow,
+            trigger: crate::domain::Trigger::Overflow,
             trims: Vec::new(),
             duration_ms: 1,
             created_at_ms: 1,

@@ -7,8 +7,9 @@
 
 use super::json_rows::{hex, json_rows, rows_source, source_columns, BatchStatement, Column};
 use super::rows::{conversation_column, hash_column};
-use super::{Backend, CompactionFailure, Result, Store};
+use super::{Backend, Result, Store};
 use crate::conversation::{ChainHash, ConversationId, TenantId};
+use crate::domain::CompactionFailure;
 use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, FromRow, Row};

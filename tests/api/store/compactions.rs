@@ -4,7 +4,8 @@
 use super::{bodies, compaction, Chain};
 use crate::helpers::db::{both_backends, TestBackend, TestDb};
 use condenser::conversation::TenantId;
-use condenser::store::{Compaction, Trigger};
+use condenser::domain::Trigger;
+use condenser::store::Compaction;
 use pretty_assertions::assert_eq;
 
 both_backends!(
