@@ -12,10 +12,10 @@ mod trims;
 
 use crate::conversation::Conversation;
 use crate::conversation::{ChainHash, TenantId};
-use crate::domain::{CompactionFailure, Trigger};
+use crate::domain::{Compaction, CompactionFailure, Trigger};
 use crate::overflow::OverflowSignal;
 use crate::protocol::{Adapter, ChatRequest};
-use crate::store::{Compaction, Storage};
+use crate::store::Storage;
 use crate::telemetry::genai;
 use plan::Plan;
 pub use sizing::{exceeds, Layout, Numbers, Sizing, Window, WindowBasis};

@@ -3,7 +3,7 @@
 //! A tool result cut down to fit the window: what the client sent (by chain
 //! hash) and what goes upstream in its place. Stored with its compaction.
 
-use crate::conversation::ChainHash;
+use super::ChainHash;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

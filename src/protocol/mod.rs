@@ -16,6 +16,7 @@ pub mod responses;
 
 use serde_json::Value;
 
+pub use crate::domain::Usage;
 use bytes::Bytes;
 pub use models::OutputField;
 pub use request::{ChatRequest, Outline, Piece, Span, SystemPart};
@@ -68,49 +69,6 @@ impl Protocol {
 pub struct ToolLinks {
     pub calls: Vec<String>,
     pub results: Vec<String>,
-}
-
-/// Token counts an upstream reported for a response.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Usage {
-    /// Every token of the prompt, cached ones included: what the window
-    /// holds.
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// Prompt tokens the upstream served from its cache, where it reports
-    /// them apart (`prompt_tokens_details.cached_tokens`). Some servers
-    /// count them in the input, some do not: whoever compares the input
-    /// with what was sent adds them, to err towards the larger count.
-    pub cached_tokens: u64,
-}
-
-impl Usage {
-    /// The counts named `input` and `output` of a `usage` object; the
-    /// input count is required.
-    fn read(usage: &Value, input: &str, output: &str) -> Option<Usage> {
-        let count = |key: &str| usage.get(key).and_then(Value::as_u64);
-        let cached = [
-            "/prompt_tokens_details/cached_tokens",
-            "/input_tokens_details/cached_tokens",
-        ]
-        .iter()
-        .find_map(|pointer| usage.pointer(pointer)?.as_u64());
-        Some(Usage {
-            input_tokens: count(input)?,
-            output_tokens: count(output).unwrap_or(0),
-            cached_tokens: cached.unwrap_or(0),
-        })
-    }
-
-    /// Streams report usage in parts (Anthropic's input in `message_start`,
-    /// output in `message_delta`); later counts only grow.
-    pub fn merged(self, later: Usage) -> Usage {
-        Usage {
-            input_tokens: self.input_tokens.max(later.input_tokens),
-            output_tokens: self.output_tokens.max(later.output_tokens),
-            cached_tokens: self.cached_tokens.max(later.cached_tokens),
-        }
-    }
 }
 
 pub trait Adapter: Send + Sync {

@@ -12,8 +12,9 @@
 use super::compactions::COMPACTION_COLUMNS;
 use super::heads::MINE;
 use super::rows::{conversation_column, hash_column, optional_hash_column};
-use super::{Compaction, Result, Store, StoreError};
+use super::{Result, Store, StoreError};
 use crate::conversation::{ChainHash, ConversationId, TenantId};
+use crate::domain::Compaction;
 use sqlx::any::AnyRow;
 use sqlx::{FromRow, Row};
 

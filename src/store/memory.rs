@@ -14,8 +14,8 @@
 //! instances' compactions and deletions arrive by Postgres notifications
 //! (`store::notify`); on SQLite there is one instance per file.
 
-use super::Compaction;
 use crate::conversation::{ChainHash, ConversationId, TenantId};
+use crate::domain::Compaction;
 use quick_cache::sync::Cache;
 use quick_cache::Weighter;
 use std::sync::Arc;

@@ -32,7 +32,6 @@ mod requests;
 mod rows;
 mod writer;
 
-pub use compactions::Compaction;
 pub use conversations::{ConversationDetail, ConversationSummary, MessageNode};
 pub use degradable::Storage;
 pub use lifecycle::Deleted;

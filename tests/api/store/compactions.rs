@@ -4,8 +4,7 @@
 use super::{bodies, compaction, Chain};
 use crate::helpers::db::{both_backends, TestBackend, TestDb};
 use condenser::conversation::TenantId;
-use condenser::domain::Trigger;
-use condenser::store::Compaction;
+use condenser::domain::{Compaction, Trigger};
 use pretty_assertions::assert_eq;
 
 both_backends!(
