@@ -3,9 +3,9 @@
 //! The operator page's conversation list: one indexed, paged read of the
 //! `conversations` table, whatever the number of conversations.
 
-use super::rows::{conversation_column, hash_column};
-use super::{Result, Store};
 use crate::conversation::{ChainHash, ConversationId, TenantId};
+use crate::store::rows::{conversation_column, hash_column};
+use crate::store::{Result, Store};
 use sqlx::any::AnyRow;
 use sqlx::{Any, FromRow, QueryBuilder, Row};
 

@@ -6,10 +6,10 @@
 //! the response.
 
 use super::json_rows::{hex, json_rows, rows_source, source_columns, BatchStatement, Column};
-use super::rows::{conversation_column, hash_column};
-use super::{Backend, Result, Store};
 use crate::conversation::{ChainHash, ConversationId, TenantId};
 use crate::domain::CompactionFailure;
+use crate::store::rows::{conversation_column, hash_column};
+use crate::store::{Backend, Result, Store};
 use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, FromRow, Row};

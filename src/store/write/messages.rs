@@ -11,9 +11,9 @@ use super::json_rows::{
     HASH_COLUMN,
 };
 use super::requests::{record_requests_on, RequestRecord};
-use super::rows::{hash_column, lock_tenant, now_ms, TenantLock, HASH_CHUNK};
-use super::{Backend, Result, Store, StoreError};
 use crate::conversation::{ChainHash, ConversationId, TenantId};
+use crate::store::rows::{hash_column, lock_tenant, now_ms, TenantLock, HASH_CHUNK};
+use crate::store::{Backend, Result, Store, StoreError};
 use serde::Serialize;
 use sqlx::AnyConnection;
 use std::collections::HashSet;

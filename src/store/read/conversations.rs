@@ -9,12 +9,12 @@
 //! across tenants on purpose: the operator sees everything, but tenants
 //! stay opaque digests.
 
-use super::compactions::COMPACTION_COLUMNS;
-use super::heads::MINE;
-use super::rows::{conversation_column, hash_column, optional_hash_column};
-use super::{Result, Store, StoreError};
 use crate::conversation::{ChainHash, ConversationId, TenantId};
 use crate::domain::Compaction;
+use crate::store::rows::{conversation_column, hash_column, optional_hash_column};
+use crate::store::write::compactions::COMPACTION_COLUMNS;
+use crate::store::write::heads::MINE;
+use crate::store::{Result, Store, StoreError};
 use sqlx::any::AnyRow;
 use sqlx::{FromRow, Row};
 

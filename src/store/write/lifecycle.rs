@@ -13,11 +13,11 @@
 use super::heads::{MINE, SHARED};
 use super::json_rows::{hash_rows, rows_source, BatchStatement, HASH_COLUMN};
 use super::prune::{dead_ends, leaves, newest_heads, Link};
-use super::rows::{
+use crate::conversation::{ChainHash, ConversationId, TenantId};
+use crate::store::rows::{
     conversation_column, hash_column, lock_tenant, now_ms, optional_hash_column, TenantLock,
 };
-use super::{Backend, Result, Store};
-use crate::conversation::{ChainHash, ConversationId, TenantId};
+use crate::store::{Backend, Result, Store};
 use sqlx::{AnyConnection, Row};
 
 const DELETE_TENANT: &[&str] = &[

@@ -20,14 +20,14 @@
 
 use super::json_rows::{json_rows, rows_source, BatchStatement, Column};
 use super::messages::MessageBatch;
-use super::{Backend, Result};
 use crate::conversation::{ChainHash, ConversationId};
+use crate::store::{Backend, Result};
 use serde::Serialize;
 use sqlx::AnyConnection;
 
 /// `mine(hash)`: every message conversation `$2` of tenant `$1` reaches,
 /// its heads and all their ancestors. Opens a `with recursive`.
-pub(super) const MINE: &str = "with recursive mine(hash) as ( \
+pub(in crate::store) const MINE: &str = "with recursive mine(hash) as ( \
     select head from conversation_heads where tenant = $1 and conversation = $2 \
     union \
     select m.parent from messages m join mine u on m.tenant = $1 and m.hash = u.hash \

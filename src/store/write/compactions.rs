@@ -3,10 +3,10 @@
 //! Compactions: which prefix of a chain a summary stands for.
 
 use super::json_rows::{hash_rows, rows_source, BatchStatement, HASH_COLUMN};
-use super::rows::{hash_column, HASH_CHUNK};
-use super::{Result, Store};
 use crate::conversation::{ChainHash, TenantId};
 use crate::domain::{Compaction, Trigger, TrimRecord};
+use crate::store::rows::{hash_column, HASH_CHUNK};
+use crate::store::{Result, Store};
 use futures_util::TryStreamExt;
 use sqlx::any::AnyRow;
 use sqlx::{FromRow, Row};
@@ -21,7 +21,8 @@ static DEEPEST_COMPACTION: BatchStatement = BatchStatement::new(|backend| {
 });
 
 /// Columns in the order [`Compaction`]'s `FromRow` reads them by name.
-pub(super) const COMPACTION_COLUMNS: &str = "prefix_hash, base_hash, prefix_len, summary, \
+pub(in crate::store) const COMPACTION_COLUMNS: &str =
+    "prefix_hash, base_hash, prefix_len, summary, \
      summary_tokens, messages_compacted, tokens_before, tokens_after, model, trigger, trims, \
      duration_ms, created_at";
 
