@@ -14,9 +14,8 @@ use super::heads::{MINE, SHARED};
 use super::json_rows::{hash_rows, rows_source, BatchStatement, HASH_COLUMN};
 use super::prune::{dead_ends, leaves, newest_heads, Link};
 use crate::conversation::{ChainHash, ConversationId, TenantId};
-use crate::store::rows::{
-    conversation_column, hash_column, lock_tenant, now_ms, optional_hash_column, TenantLock,
-};
+use crate::store::coordination::locks::{lock_tenant, TenantLock};
+use crate::store::rows::{conversation_column, hash_column, now_ms, optional_hash_column};
 use crate::store::{Backend, Result, Store};
 use sqlx::{AnyConnection, Row};
 

@@ -12,7 +12,8 @@ use super::json_rows::{
 };
 use super::requests::{record_requests_on, RequestRecord};
 use crate::conversation::{ChainHash, ConversationId, TenantId};
-use crate::store::rows::{hash_column, lock_tenant, now_ms, TenantLock, HASH_CHUNK};
+use crate::store::coordination::locks::{lock_tenant, TenantLock};
+use crate::store::rows::{hash_column, now_ms, HASH_CHUNK};
 use crate::store::{Backend, Result, Store, StoreError};
 use serde::Serialize;
 use sqlx::AnyConnection;
