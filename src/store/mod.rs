@@ -23,13 +23,13 @@ mod write;
 pub use coordination::{notify, StoreMemory};
 pub use degradable::Storage;
 pub use read::{
-    ConversationDetail, ConversationRow, ConversationSummary, LearnedWindow, ListQuery,
-    MessageNode, MessageText, Overview, SortBy, MAX_PAGE,
+    ConversationDetail, ConversationSummary, LearnedWindow, ListQuery, MessageNode, MessageText,
+    Overview, SortBy, MAX_PAGE,
 };
 pub use rows::now_ms;
 pub use write::{
-    prune, Backlog, Deleted, MessageBatch, MessageWrite, NewMessage, QueueFull, RequestPoint,
-    RequestRecord, RowsFrom, StoredSize, Writer, PRUNE_EVERY, REQUESTS_KEPT,
+    prune, Backlog, ConversationRow, Deleted, MessageBatch, MessageWrite, NewMessage, QueueFull,
+    RequestPoint, RequestRecord, RowsFrom, StoredSize, Writer, PRUNE_EVERY, REQUESTS_KEPT,
 };
 
 use sqlx::AnyPool;

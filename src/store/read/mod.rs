@@ -11,5 +11,5 @@ mod listing;
 mod overview;
 
 pub use conversations::{ConversationDetail, ConversationSummary, MessageNode};
-pub use listing::{ConversationRow, ListQuery, SortBy, MAX_PAGE};
+pub use listing::{ListQuery, SortBy, MAX_PAGE};
 pub use overview::{LearnedWindow, MessageText, Overview};

@@ -2,15 +2,20 @@
 //!
 //! What a request stores and reads back on its way, and what deleting it
 //! takes: messages and the heads that reach them (`messages`, `heads`),
-//! the compactions that stand for their prefixes (`compactions`), the
-//! request's figures (`requests`), learned model sizes (`limits`), written
-//! in group commits off the request path (`writer`) and bound in batches
-//! (`json_rows`). Deleting conversations and pruning dead ends is writing
-//! too (`lifecycle`): it takes the tenant's lock exclusively against the
-//! writes above, and its plan of what goes (`prune`) is pure, so it stays
-//! beside the one caller that runs it in a transaction.
+//! the conversation list's rows (`conversations`, the one file that
+//! upserts that table), the compactions that stand for prefixes
+//! (`compactions`), the request's figures (`requests`) and learned model
+//! sizes (`limits`); written in group commits off the request path
+//! (`writer`), bound in batches (`json_rows`).
+//!
+//! Deleting conversations and pruning dead ends is writing too
+//! (`lifecycle`): it deletes rows the writes above insert, under the same
+//! tenant lock taken exclusively. Its plan of what goes (`prune`) is pure,
+//! a function of rows `lifecycle` read, so it lives beside its one caller
+//! rather than with the instance coordination that schedules it.
 
 pub(super) mod compactions;
+pub(super) mod conversations;
 pub(super) mod heads;
 mod json_rows;
 mod lifecycle;
@@ -20,6 +25,7 @@ pub mod prune;
 mod requests;
 mod writer;
 
+pub use conversations::ConversationRow;
 pub use lifecycle::Deleted;
 pub use limits::StoredSize;
 pub use messages::{MessageBatch, NewMessage};

@@ -5,10 +5,10 @@
 //! opens that row, `store::heads`), both written in the background after
 //! the response.
 
+use super::conversations::{roll_up_on, stored_heads_on, ConversationKey, ConversationRow};
 use super::json_rows::{hex, json_rows, rows_source, source_columns, BatchStatement, Column};
 use crate::conversation::{ChainHash, ConversationId, TenantId};
 use crate::domain::CompactionFailure;
-use crate::store::rows::{conversation_column, hash_column};
 use crate::store::{Backend, Result, Store};
 use serde::Serialize;
 use sqlx::any::AnyRow;
@@ -63,67 +63,6 @@ pub struct RequestPoint {
     pub overflows: i64,
     pub status: i64,
 }
-
-/// Rolls a batch's requests of one conversation, bound as `$1`, into its
-/// row: counts are added, `branches` arrives as one plus the new branches
-/// seen.
-static UPSERT_CONVERSATIONS: BatchStatement = BatchStatement::new(|backend| {
-    format!(
-        "insert into conversations (tenant, conversation, root, label, head, messages, branches, \
-         requests, compactions, tokens, window_tokens, model, last_activity, created_at) \
-         select {} from {} where true {UPSERT_CONVERSATIONS_CONFLICT}",
-        source_columns(&CONVERSATION_COLUMNS),
-        rows_source(backend, 1, &CONVERSATION_COLUMNS),
-    )
-});
-
-const UPSERT_CONVERSATIONS_CONFLICT: &str = "\
-on conflict (tenant, conversation) do update set
-    label = coalesce(excluded.label, conversations.label),
-    branches = conversations.branches + excluded.branches - 1,
-    requests = conversations.requests + excluded.requests,
-    compactions = conversations.compactions + excluded.compactions,
-    window_tokens = coalesce(excluded.window_tokens, conversations.window_tokens),
-    -- Records land out of order (each waits for its response's usage):
-    -- the newest request, by arrival, sets the current state.
-    head = case when excluded.last_activity >= conversations.last_activity
-        then excluded.head else conversations.head end,
-    messages = case when excluded.last_activity >= conversations.last_activity
-        then excluded.messages else conversations.messages end,
-    tokens = case when excluded.last_activity >= conversations.last_activity
-        then excluded.tokens else conversations.tokens end,
-    model = case when excluded.last_activity >= conversations.last_activity
-        then excluded.model else conversations.model end,
-    last_activity = case when excluded.last_activity >= conversations.last_activity
-        then excluded.last_activity else conversations.last_activity end
-returning tenant, conversation, requests";
-
-/// The columns of [`ConversationRow`], in the statement's order.
-const CONVERSATION_COLUMNS: [Column; 14] = [
-    ("tenant", "text"),
-    ("conversation", "text"),
-    ("root", "text"),
-    ("label", "text"),
-    ("head", "text"),
-    ("messages", "bigint"),
-    ("branches", "bigint"),
-    ("requests", "bigint"),
-    ("compactions", "bigint"),
-    ("tokens", "bigint"),
-    ("window_tokens", "bigint"),
-    ("model", "text"),
-    ("last_activity", "bigint"),
-    ("created_at", "bigint"),
-];
-
-/// The stored head of each conversation bound as `$1`.
-static STORED_HEADS: BatchStatement = BatchStatement::new(|backend| {
-    format!(
-        "select tenant, conversation, head, messages from conversations \
-         where (tenant, conversation) in (select r.tenant, r.conversation from {})",
-        rows_source(backend, 1, &CONVERSATION_COLUMNS[..2]),
-    )
-});
 
 /// Inserts the request rows bound as `$1`.
 static INSERT_REQUESTS: BatchStatement = BatchStatement::new(|backend| {
@@ -299,18 +238,7 @@ async fn count_branches(
             conversation: &rollup.conversation,
         })
         .collect();
-    let rows = sqlx::query(STORED_HEADS.text(backend))
-        .bind(json_rows(&keys)?)
-        .fetch_all(&mut *connection)
-        .await?;
-    let mut stored = HashMap::new();
-    for row in rows {
-        let tenant: String = row.try_get("tenant")?;
-        let conversation = conversation_column(&row, "conversation")?;
-        let head = hash_column(&row, "head")?;
-        let messages: i64 = row.try_get("messages")?;
-        stored.insert((tenant, conversation), (head, messages));
-    }
+    let mut stored = stored_heads_on(connection, backend, &keys).await?;
     for rollup in rollups.iter_mut() {
         let key = (rollup.tenant.as_str().to_owned(), rollup.conversation);
         let mut previous = stored.remove(&key);
@@ -332,69 +260,35 @@ async fn upsert_conversations(
     backend: Backend,
     rollups: &[Rollup<'_>],
 ) -> Result<HashMap<(String, ConversationId), i64>> {
-    let rows: Vec<ConversationRow<'_>> = rollups.iter().map(ConversationRow::of).collect();
-    let updated = sqlx::query(UPSERT_CONVERSATIONS.text(backend))
-        .bind(json_rows(&rows)?)
-        .fetch_all(&mut *connection)
-        .await?;
-    let mut totals = HashMap::new();
-    for row in updated {
-        let tenant: String = row.try_get("tenant")?;
-        let conversation = conversation_column(&row, "conversation")?;
-        totals.insert((tenant, conversation), row.try_get::<i64, _>("requests")?);
-    }
-    Ok(totals)
+    let rows: Vec<ConversationRow> = rollups.iter().map(rolled_up).collect();
+    roll_up_on(connection, backend, &rows).await
 }
 
-/// A conversation's key, as [`STORED_HEADS`] reads it.
-#[derive(Serialize)]
-struct ConversationKey<'a> {
-    tenant: &'a str,
-    conversation: &'a ConversationId,
-}
-
-/// A conversation's row, as [`UPSERT_CONVERSATIONS`] reads it.
-#[derive(Serialize)]
-struct ConversationRow<'a> {
-    tenant: &'a str,
-    conversation: &'a ConversationId,
-    #[serde(serialize_with = "hex")]
-    root: &'a ChainHash,
-    label: Option<&'a str>,
-    #[serde(serialize_with = "hex")]
-    head: &'a ChainHash,
-    messages: i64,
-    branches: i64,
-    requests: i64,
-    compactions: i64,
-    tokens: i64,
-    window_tokens: Option<i64>,
-    model: &'a str,
-    last_activity: i64,
-    created_at: i64,
-}
-
-impl<'a> ConversationRow<'a> {
-    fn of(rollup: &'a Rollup<'a>) -> Self {
-        let newest = rollup.newest();
-        Self {
-            tenant: rollup.tenant.as_str(),
-            conversation: &rollup.conversation,
-            root: &rollup.root,
-            label: rollup.records.iter().rev().find_map(|r| r.label.as_deref()),
-            head: newest.chain.last().unwrap_or(&rollup.root),
-            messages: newest.chain.len() as i64 - 1,
-            branches: 1 + rollup.branched,
-            requests: rollup.records.len() as i64,
-            compactions: rollup.records.iter().map(|r| r.compactions).sum(),
-            tokens: newest
-                .upstream_input_tokens
-                .unwrap_or(newest.estimated_tokens),
-            window_tokens: rollup.records.iter().rev().find_map(|r| r.window_tokens),
-            model: &newest.model,
-            last_activity: newest.arrived_at_ms,
-            created_at: rollup.records[0].arrived_at_ms,
-        }
+/// A conversation's row as its requests in a batch roll into it.
+fn rolled_up(rollup: &Rollup<'_>) -> ConversationRow {
+    let newest = rollup.newest();
+    ConversationRow {
+        tenant: rollup.tenant.clone(),
+        conversation: rollup.conversation,
+        root: rollup.root,
+        label: rollup
+            .records
+            .iter()
+            .rev()
+            .find_map(|r| r.label.as_deref())
+            .map(str::to_owned),
+        head: *newest.chain.last().unwrap_or(&rollup.root),
+        messages: newest.chain.len() as i64 - 1,
+        branches: 1 + rollup.branched,
+        requests: rollup.records.len() as i64,
+        compactions: rollup.records.iter().map(|r| r.compactions).sum(),
+        tokens: newest
+            .upstream_input_tokens
+            .unwrap_or(newest.estimated_tokens),
+        window_tokens: rollup.records.iter().rev().find_map(|r| r.window_tokens),
+        model: newest.model.clone(),
+        last_activity_ms: newest.arrived_at_ms,
+        created_at_ms: rollup.records[0].arrived_at_ms,
     }
 }
 
