@@ -24,12 +24,12 @@ pub use coordination::{notify, StoreMemory};
 pub use degradable::Storage;
 pub use read::{
     ConversationDetail, ConversationSummary, LearnedWindow, ListQuery, MessageNode, MessageText,
-    Overview, SortBy, MAX_PAGE,
+    Overview, RequestPoint, SortBy, MAX_PAGE,
 };
 pub use rows::now_ms;
 pub use write::{
     prune, Backlog, ConversationRow, Deleted, MessageBatch, MessageWrite, NewMessage, QueueFull,
-    RequestPoint, RequestRecord, RowsFrom, StoredSize, Writer, PRUNE_EVERY, REQUESTS_KEPT,
+    RequestRecord, RowsFrom, StoredSize, Writer, PRUNE_EVERY, REQUESTS_KEPT,
 };
 
 use sqlx::AnyPool;

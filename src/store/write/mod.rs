@@ -29,5 +29,5 @@ pub use conversations::ConversationRow;
 pub use lifecycle::Deleted;
 pub use limits::StoredSize;
 pub use messages::{MessageBatch, NewMessage};
-pub use requests::{RequestPoint, RequestRecord, PRUNE_EVERY, REQUESTS_KEPT};
+pub use requests::{RequestRecord, PRUNE_EVERY, REQUESTS_KEPT};
 pub use writer::{Backlog, MessageWrite, QueueFull, RowsFrom, Writer};

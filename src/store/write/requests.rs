@@ -1,9 +1,9 @@
-//! Beside the flow, the operator's views: per-request figures.
+//! Beside the flow, the operator's views: per-request figures, written.
 //!
-//! Per-request figures for the operator page: one row per chat request, and
-//! the figures of the per-conversation row the list reads (a message write
-//! opens that row, `store::heads`), both written in the background after
-//! the response.
+//! Per-request figures for the operator page: one row per chat request,
+//! rolled into its conversation's row (`conversations`), both written in
+//! the background after the response. The chart reads them back
+//! (`store::read::requests`).
 
 use super::conversations::{roll_up_on, stored_heads_on, ConversationKey, ConversationRow};
 use super::json_rows::{hex, json_rows, rows_source, source_columns, BatchStatement, Column};
@@ -11,8 +11,7 @@ use crate::conversation::{ChainHash, ConversationId, TenantId};
 use crate::domain::CompactionFailure;
 use crate::store::{Backend, Result, Store};
 use serde::Serialize;
-use sqlx::any::AnyRow;
-use sqlx::{AnyConnection, FromRow, Row};
+use sqlx::AnyConnection;
 use std::collections::HashMap;
 
 /// Request rows kept per conversation: enough for a day-long agent session's
@@ -48,20 +47,6 @@ pub struct RequestRecord {
     pub overflows: i64,
     pub compaction_error: Option<CompactionFailure>,
     pub degraded: bool,
-}
-
-/// A stored request row, as the chart reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestPoint {
-    pub at_ms: i64,
-    pub messages: i64,
-    pub estimated_tokens: i64,
-    pub upstream_input_tokens: Option<i64>,
-    pub window_tokens: Option<i64>,
-    pub compacted_messages: Option<i64>,
-    pub compactions: i64,
-    pub overflows: i64,
-    pub status: i64,
 }
 
 /// Inserts the request rows bound as `$1`.
@@ -109,22 +94,6 @@ delete from requests where tenant = $1 and conversation = $2 and id < (
     select id from requests where tenant = $1 and conversation = $2
     order by id desc limit 1 offset $3)";
 
-impl<'r> FromRow<'r, AnyRow> for RequestPoint {
-    fn from_row(row: &'r AnyRow) -> Result<Self, sqlx::Error> {
-        Ok(Self {
-            at_ms: row.try_get("created_at")?,
-            messages: row.try_get("messages")?,
-            estimated_tokens: row.try_get("estimated_tokens")?,
-            upstream_input_tokens: row.try_get("upstream_input_tokens")?,
-            window_tokens: row.try_get("window_tokens")?,
-            compacted_messages: row.try_get("compacted_messages")?,
-            compactions: row.try_get("compactions")?,
-            overflows: row.try_get("overflows")?,
-            status: row.try_get("status")?,
-        })
-    }
-}
-
 impl Store {
     /// Stores one request's figures and rolls them into its conversation's
     /// row. Three short statements, no transaction: the figures are for
@@ -133,25 +102,6 @@ impl Store {
     pub async fn record_request(&self, record: &RequestRecord) -> Result<()> {
         let mut connection = self.pool.acquire().await?;
         record_requests_on(&mut connection, self.backend, std::slice::from_ref(record)).await
-    }
-
-    /// The stored requests of one conversation, oldest first.
-    pub async fn conversation_requests(
-        &self,
-        tenant: &TenantId,
-        conversation: &ConversationId,
-    ) -> Result<Vec<RequestPoint>> {
-        let rows = sqlx::query_as(
-            "select created_at, messages, estimated_tokens, upstream_input_tokens, window_tokens, \
-             compacted_messages, compactions, overflows, status \
-             from requests where tenant = $1 and conversation = $2 order by id limit $3",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.to_hex())
-        .bind(REQUESTS_KEPT)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows)
     }
 }
 
