@@ -6,7 +6,8 @@
 //! upserts that table), the compactions that stand for prefixes
 //! (`compactions`), the request's figures (`requests`) and learned model
 //! sizes (`limits`); written in group commits off the request path
-//! (`writer`), bound in batches (`json_rows`).
+//! (`writer`), one transaction each (`commit`), bound in batches
+//! (`json_rows`).
 //!
 //! Deleting conversations and pruning dead ends is writing too
 //! (`lifecycle`): it deletes rows the writes above insert, under the same
@@ -14,6 +15,7 @@
 //! a function of rows `lifecycle` read, so it lives beside its one caller
 //! rather than with the instance coordination that schedules it.
 
+mod commit;
 pub(super) mod compactions;
 pub(super) mod conversations;
 pub(super) mod heads;
