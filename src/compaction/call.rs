@@ -6,7 +6,7 @@
 //! budget reasoning (asked again with more room for it).
 
 use super::fit;
-use super::summarize::{Summarizer, SummaryBudget, SummaryError};
+use super::summarizer::{Summarizer, SummaryBudget, SummaryError};
 use crate::domain::CompactionFailure;
 use crate::overflow::OverflowSignal;
 use crate::protocol::{OutputField, SummaryCall, SUMMARY_MARKER};
