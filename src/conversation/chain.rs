@@ -7,7 +7,7 @@
 //! when their canonical messages agree up to that point, so an edit or a
 //! regeneration starts a new branch and a replay finds everything stored.
 
-pub use crate::domain::{ChainHash, SHORT_ID_CHARS};
+pub use crate::domain::ChainHash;
 use sha2::{Digest, Sha256};
 
 /// Computing a link; the hash itself, its forms and its encodings, is
