@@ -97,7 +97,7 @@ impl StoreMemory {
     /// `conversation`. A stored link implies its whole prefix is: messages
     /// are written in chain order, each batch after the prefix it extends,
     /// and a write that relied on a link a failed write was to store fails
-    /// too (`store::writer`).
+    /// too (`store::write::writer`).
     pub fn stored_prefix_len(&self, conversation: &ConversationId, chain: &[ChainHash]) -> usize {
         chain
             .iter()

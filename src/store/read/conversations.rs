@@ -3,7 +3,7 @@
 //! Read-only views for the operator CLI (`condenser conversations list/show`).
 //!
 //! A conversation is one session (`conversation::session`): every message
-//! its heads reach (`store::heads`), its branches being its rewinds and
+//! its heads reach (`store::write::heads`), its branches being its rewinds and
 //! edits. Messages only link to their parent, so the views walk up from
 //! the heads with recursive CTEs, which both backends run. They scan
 //! across tenants on purpose: the operator sees everything, but tenants

@@ -4,7 +4,7 @@
 //! (retention), one conversation, one tenant, and dead-end branches.
 //!
 //! A conversation goes in one transaction, and takes only what no other
-//! conversation still reaches (`store::heads`): messages two sessions share
+//! conversation still reaches (`store::write::heads`): messages two sessions share
 //! (their system prompt, an identical opening) stay for the one that is
 //! kept, with the compactions of those prefixes. Its own compactions and
 //! leases go first (they name its messages), then its messages, its heads,
