@@ -9,6 +9,7 @@
 //! `tokens` knows the sizes they all need.
 
 pub mod config;
+pub mod domain;
 pub mod error;
 pub mod format;
 pub mod metrics;

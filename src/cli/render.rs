@@ -5,8 +5,9 @@
 //! so the CLI only prints what these return.
 
 use crate::conversation::ChainHash;
+use crate::domain::Compaction;
 use crate::format::{align, human_bytes, utc_time};
-use crate::store::{Compaction, ConversationDetail, ConversationSummary, MessageNode};
+use crate::store::{ConversationDetail, ConversationSummary, MessageNode};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 

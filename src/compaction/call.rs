@@ -6,10 +6,10 @@
 //! budget reasoning (asked again with more room for it).
 
 use super::fit;
-use super::summarize::{Summarizer, SummaryBudget, SummaryError};
+use super::summarizer::{Summarizer, SummaryBudget, SummaryError};
+use crate::domain::CompactionFailure;
 use crate::overflow::OverflowSignal;
 use crate::protocol::{OutputField, SummaryCall, SUMMARY_MARKER};
-use crate::store::CompactionFailure;
 use crate::telemetry::genai;
 use http::{HeaderValue, Method};
 use serde_json::Value;

@@ -8,18 +8,21 @@ mod fit;
 pub mod plan;
 mod sizing;
 pub mod summarize;
+mod summarizer;
 mod trims;
 
 use crate::conversation::Conversation;
 use crate::conversation::{ChainHash, TenantId};
+use crate::domain::{Compaction, CompactionFailure, Trigger};
 use crate::overflow::OverflowSignal;
 use crate::protocol::{Adapter, ChatRequest};
-use crate::store::{Compaction, CompactionFailure, Storage, Trigger};
+use crate::store::Storage;
 use crate::telemetry::genai;
 use plan::Plan;
 pub use sizing::{exceeds, Layout, Numbers, Sizing, Window, WindowBasis};
 use std::time::{Duration, Instant};
-pub use summarize::{longest_summary, Summarizer, SummaryBudget, SummaryError, REASONING_TOKENS};
+pub use summarize::{longest_summary, REASONING_TOKENS};
+pub use summarizer::{Summarizer, SummaryBudget, SummaryError};
 pub use trims::apply_trims;
 
 /// How often a waiting instance looks for the elected summarizer's result.

@@ -6,7 +6,8 @@
 use super::plan::Plan;
 use super::sizing::Layout;
 use super::Job;
-use crate::conversation::{ChainHash, TrimRecord};
+use crate::conversation::ChainHash;
+use crate::domain::TrimRecord;
 
 use serde_json::Value;
 use std::collections::HashMap;

@@ -7,26 +7,18 @@
 //! when their canonical messages agree up to that point, so an edit or a
 //! regeneration starts a new branch and a replay finds everything stored.
 
+pub use crate::domain::ChainHash;
 use sha2::{Digest, Sha256};
-use std::fmt;
 
-/// Characters of a hash or tenant digest shown to operators.
-pub const SHORT_ID_CHARS: usize = 12;
-
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ChainHash([u8; 32]);
-
+/// Computing a link; the hash itself, its forms and its encodings, is
+/// domain vocabulary (`domain::hash`).
 impl ChainHash {
-    /// All zeros: no chain's hash, free for keys that name no conversation
-    /// (the maintenance turn's lease).
-    pub const ZERO: Self = Self([0; 32]);
-
     pub fn root(tenant: &super::TenantId, canonical_system: &[u8]) -> Self {
         Self::digest(&[b"root", tenant.as_str().as_bytes(), canonical_system])
     }
 
     pub fn next(&self, canonical_message: &[u8]) -> Self {
-        Self::digest(&[b"next", &self.0, canonical_message])
+        Self::digest(&[b"next", self.as_bytes(), canonical_message])
     }
 
     fn digest(parts: &[&[u8]]) -> Self {
@@ -36,54 +28,7 @@ impl ChainHash {
             hasher.update((part.len() as u64).to_be_bytes());
             hasher.update(part);
         }
-        Self(hasher.finalize().into())
-    }
-
-    pub fn to_hex(&self) -> String {
-        hex::encode(self.0)
-    }
-
-    pub fn as_bytes(&self) -> &[u8; 32] {
-        &self.0
-    }
-
-    /// The first characters of the hex form: enough to pass back to
-    /// `conversations show`, short enough to read.
-    pub fn short(&self) -> String {
-        self.to_hex()[..SHORT_ID_CHARS].to_owned()
-    }
-
-    pub fn from_hex(text: &str) -> Option<Self> {
-        let mut bytes = [0u8; 32];
-        hex::decode_to_slice(text, &mut bytes).ok()?;
-        Some(Self(bytes))
-    }
-}
-
-/// Stored and sent as its hex form.
-impl serde::Serialize for ChainHash {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.to_hex())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for ChainHash {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        Self::from_hex(&text)
-            .ok_or_else(|| serde::de::Error::custom("not a 64-digit hex chain hash"))
-    }
-}
-
-impl fmt::Debug for ChainHash {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ChainHash({})", &self.to_hex()[..12])
-    }
-}
-
-impl fmt::Display for ChainHash {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_hex())
+        Self::from_bytes(hasher.finalize().into())
     }
 }
 

@@ -6,13 +6,11 @@ pub mod identify;
 pub mod memo;
 pub mod session;
 pub mod tenant;
-pub mod trim;
 
 pub use chain::ChainHash;
 pub use memo::ChainMemo;
 pub use session::ConversationId;
 pub use tenant::TenantId;
-pub use trim::TrimRecord;
 
 /// A request's place in the stored history.
 #[derive(Debug, Clone)]

@@ -54,7 +54,7 @@ impl ConversationId {
     /// The first characters of the hex form, as lists print it and
     /// `conversations show` takes it back.
     pub fn short(&self) -> String {
-        self.to_hex()[..super::chain::SHORT_ID_CHARS].to_owned()
+        self.to_hex()[..crate::domain::SHORT_ID_CHARS].to_owned()
     }
 }
 

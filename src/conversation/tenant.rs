@@ -31,7 +31,7 @@ impl TenantId {
     pub fn short(&self) -> String {
         let digest = self.as_str();
         digest
-            .get(..super::chain::SHORT_ID_CHARS)
+            .get(..crate::domain::SHORT_ID_CHARS)
             .unwrap_or(digest)
             .to_owned()
     }

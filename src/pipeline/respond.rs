@@ -3,8 +3,8 @@
 //! Responses as the client sees them: relayed bodies, unchanged upstream
 //! errors, and the `x-condenser-*` headers that say what was done.
 
+use crate::domain::CompactionFailure;
 use crate::overflow::inspect::Inspected;
-use crate::store::CompactionFailure;
 use crate::tokens::usage::{Framing, UsageRead, UsageTap};
 use crate::upstream::{headers, relay};
 use axum::body::Body;

@@ -4,8 +4,8 @@
 
 use crate::compaction::apply_trims;
 use crate::conversation::ChainHash;
+use crate::domain::Compaction;
 use crate::protocol::{Adapter, ChatRequest};
-use crate::store::Compaction;
 use serde_json::Value;
 
 /// The request as it goes upstream when `compaction` applies.

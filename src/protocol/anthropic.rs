@@ -2,8 +2,8 @@
 //!
 //! Anthropic Messages.
 
-use super::openai::summary_text;
 use super::request::serialize_replacing;
+use super::summary_text;
 use super::{
     elide_middle, with_text_content, Adapter, ChatRequest, Endpoint, ErrorClass, ErrorInfo,
     Outline, Protocol, Provider, Root, SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed,

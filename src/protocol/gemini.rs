@@ -12,8 +12,8 @@
 //! names arrive in camelCase or snake_case (the Python SDK mixes them;
 //! protobuf's JSON mapping accepts both): every read tries both.
 
-use super::openai::summary_text;
 use super::request::serialize_replacing;
+use super::summary_text;
 use super::{
     elide_middle, Adapter, ChatRequest, Endpoint, ErrorInfo, Outline, Protocol, Provider, Root,
     SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage, WindowProbe,

@@ -13,17 +13,19 @@ pub mod models;
 pub mod ollama;
 pub mod openai;
 mod provider;
+mod registry;
 mod request;
 pub mod responses;
 
 use serde_json::Value;
 
+pub use crate::domain::Usage;
 use bytes::Bytes;
 pub use models::OutputField;
 pub use provider::{
-    providers, register, Endpoint, ErrorClass, ErrorInfo, Protocol, Provider, Root, TelemetryNames,
-    WindowProbe,
+    Endpoint, ErrorClass, ErrorInfo, Protocol, Provider, Root, TelemetryNames, WindowProbe,
 };
+pub use registry::{providers, register};
 pub use request::{ChatRequest, Outline, Piece, Span, SystemPart};
 
 /// Starts the inserted summary message, and lets a later compaction (and
@@ -39,49 +41,6 @@ pub const SSE_KEEPALIVE: &[u8] = b": condenser is compacting the conversation\n\
 pub struct ToolLinks {
     pub calls: Vec<String>,
     pub results: Vec<String>,
-}
-
-/// Token counts an upstream reported for a response.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Usage {
-    /// Every token of the prompt, cached ones included: what the window
-    /// holds.
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// Prompt tokens the upstream served from its cache, where it reports
-    /// them apart (`prompt_tokens_details.cached_tokens`). Some servers
-    /// count them in the input, some do not: whoever compares the input
-    /// with what was sent adds them, to err towards the larger count.
-    pub cached_tokens: u64,
-}
-
-impl Usage {
-    /// The counts named `input` and `output` of a `usage` object; the
-    /// input count is required.
-    fn read(usage: &Value, input: &str, output: &str) -> Option<Usage> {
-        let count = |key: &str| usage.get(key).and_then(Value::as_u64);
-        let cached = [
-            "/prompt_tokens_details/cached_tokens",
-            "/input_tokens_details/cached_tokens",
-        ]
-        .iter()
-        .find_map(|pointer| usage.pointer(pointer)?.as_u64());
-        Some(Usage {
-            input_tokens: count(input)?,
-            output_tokens: count(output).unwrap_or(0),
-            cached_tokens: cached.unwrap_or(0),
-        })
-    }
-
-    /// Streams report usage in parts (Anthropic's input in `message_start`,
-    /// output in `message_delta`); later counts only grow.
-    pub fn merged(self, later: Usage) -> Usage {
-        Usage {
-            input_tokens: self.input_tokens.max(later.input_tokens),
-            output_tokens: self.output_tokens.max(later.output_tokens),
-            cached_tokens: self.cached_tokens.max(later.cached_tokens),
-        }
-    }
 }
 
 pub trait Adapter: Send + Sync {
@@ -299,6 +258,35 @@ fn with_text_content(
         *content = Value::String(text);
     }
     std::borrow::Cow::Owned(message)
+}
+
+/// The summary message's text: the marker, then what the model should
+/// know of it, then the summary.
+pub fn summary_text(summary: &str) -> String {
+    format!(
+        "{SUMMARY_MARKER} Earlier parts of this conversation were compacted to fit the context window. \
+         A summary of them follows; the conversation continues after it.\n\n{summary}"
+    )
+}
+
+/// Text of a content that is a string or an array of parts; other parts
+/// (images, audio) are named by type only.
+pub fn text_of(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .map(|part| match part.get("text").and_then(Value::as_str) {
+                Some(text) => text.to_string(),
+                None => format!(
+                    "[{}]",
+                    part.get("type").and_then(Value::as_str).unwrap_or("part")
+                ),
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
 }
 
 /// Head and tail of `text` around an explicit marker saying what went.

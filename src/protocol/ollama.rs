@@ -15,8 +15,8 @@
 //! before it is sent (ARCHITECTURE.md "Local servers").
 
 use super::head::role_of;
-use super::openai::{summary_text, text_of};
 use super::request::serialize_replacing;
+use super::{summary_text, text_of};
 use super::{
     Adapter, ChatRequest, Endpoint, ErrorInfo, Outline, Protocol, Provider, Root, SummaryCall,
     SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage, WindowProbe,

@@ -5,9 +5,9 @@
 use super::head::role_of;
 use super::request::serialize_replacing;
 use super::{
-    copy_routing, elide_middle, models, with_text_content, Adapter, ChatRequest, Endpoint,
-    ErrorClass, ErrorInfo, Outline, OutputField, Protocol, Provider, Root, SummaryCall, SystemPart,
-    TelemetryNames, ToolLinks, Trimmed, Usage, WindowProbe, SUMMARY_MARKER,
+    copy_routing, elide_middle, models, summary_text, text_of, with_text_content, Adapter,
+    ChatRequest, Endpoint, ErrorClass, ErrorInfo, Outline, OutputField, Protocol, Provider, Root,
+    SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage, WindowProbe,
 };
 use crate::protocol::canonical::canonical_json;
 use bytes::Bytes;
@@ -221,13 +221,6 @@ impl Adapter for OpenAi {
     }
 }
 
-pub fn summary_text(summary: &str) -> String {
-    format!(
-        "{SUMMARY_MARKER} Earlier parts of this conversation were compacted to fit the context window. \
-         A summary of them follows; the conversation continues after it.\n\n{summary}"
-    )
-}
-
 /// A content of one text part equals the same text as a plain string.
 fn single_text_part(content: &Value) -> Option<String> {
     let [part] = content.as_array()?.as_slice() else {
@@ -235,26 +228,6 @@ fn single_text_part(content: &Value) -> Option<String> {
     };
     (part.get("type")?.as_str()? == "text")
         .then(|| part.get("text")?.as_str().map(str::to_string))?
-}
-
-/// Text of a content that is a string or an array of parts; other parts
-/// (images, audio) are named by type only.
-pub fn text_of(content: Option<&Value>) -> String {
-    match content {
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .map(|part| match part.get("text").and_then(Value::as_str) {
-                Some(text) => text.to_string(),
-                None => format!(
-                    "[{}]",
-                    part.get("type").and_then(Value::as_str).unwrap_or("part")
-                ),
-            })
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
 }
 
 impl Provider for OpenAi {

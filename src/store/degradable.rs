@@ -76,7 +76,7 @@ impl Storage {
         self.store.as_ref()
     }
 
-    /// What this instance remembers of the store (see `store::memory`).
+    /// What this instance remembers of the store (see `store::coordination::memory`).
     pub fn memory(&self) -> &StoreMemory {
         &self.memory
     }

@@ -13,39 +13,24 @@
 //! shared by content; what is listed, kept and deleted is a conversation,
 //! the messages its heads reach (`heads`).
 
-mod compactions;
 mod connect;
-mod conversations;
+mod coordination;
 mod degradable;
-mod heads;
-mod json_rows;
-mod leases;
-mod lifecycle;
-mod limits;
-mod listing;
-mod memory;
-mod messages;
-pub mod notify;
-mod outcome;
-mod overview;
-pub mod prune;
-mod requests;
+mod read;
 mod rows;
-mod writer;
+mod write;
 
-pub use compactions::Compaction;
-pub use conversations::{ConversationDetail, ConversationSummary, MessageNode};
+pub use coordination::{notify, StoreMemory};
 pub use degradable::Storage;
-pub use lifecycle::Deleted;
-pub use limits::StoredSize;
-pub use listing::{ConversationRow, ListQuery, SortBy, MAX_PAGE};
-pub use memory::StoreMemory;
-pub use messages::{MessageBatch, NewMessage};
-pub use outcome::{CompactionFailure, Trigger};
-pub use overview::{LearnedWindow, MessageText, Overview};
-pub use requests::{RequestPoint, RequestRecord, PRUNE_EVERY, REQUESTS_KEPT};
+pub use read::{
+    ConversationDetail, ConversationSummary, LearnedWindow, ListQuery, MessageNode, MessageText,
+    Overview, RequestPoint, SortBy, MAX_PAGE,
+};
 pub use rows::now_ms;
-pub use writer::{Backlog, MessageWrite, QueueFull, RowsFrom, Writer};
+pub use write::{
+    prune, Backlog, ConversationRow, Deleted, MessageBatch, MessageWrite, NewMessage, QueueFull,
+    RequestRecord, RowsFrom, StoredSize, Writer, PRUNE_EVERY, REQUESTS_KEPT,
+};
 
 use sqlx::AnyPool;
 use std::time::Duration;

@@ -10,7 +10,8 @@
 
 use super::Sizes;
 use crate::conversation::TenantId;
-use crate::protocol::{Adapter, Usage};
+use crate::domain::Usage;
+use crate::protocol::Adapter;
 use crate::telemetry::genai::Answer;
 use bytes::{Bytes, BytesMut};
 use eventsource_stream::{EventStream, Eventsource};

@@ -4,8 +4,9 @@
 //! rows to serializable views, so the pages are plain templates.
 
 use crate::conversation::{ChainHash, ConversationId};
+use crate::domain::Compaction;
 use crate::format::{human_bytes, utc_time};
-use crate::store::{Compaction, ConversationDetail, ConversationRow, MessageText, RequestPoint};
+use crate::store::{ConversationDetail, ConversationRow, MessageText, RequestPoint};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::HashSet;

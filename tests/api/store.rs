@@ -11,7 +11,8 @@ mod prune;
 mod requests;
 
 use condenser::conversation::{ChainHash, ConversationId, TenantId};
-use condenser::store::{Compaction, MessageBatch, NewMessage, Store, Trigger};
+use condenser::domain::{Compaction, Trigger};
+use condenser::store::{MessageBatch, NewMessage, Store};
 
 /// A conversation as the pipeline would hash it: a root then one message per
 /// body, each hash chained on the previous one.

@@ -6,11 +6,11 @@ use crate::compaction::{
     self, CompactionError, Covered, Job, Sizing, Summarizer, SummaryBudget, REASONING_TOKENS,
 };
 use crate::conversation::Conversation;
+use crate::domain::{Compaction, CompactionFailure, Trigger};
 use crate::overflow::{OverflowSignal, SignatureName};
 use crate::pipeline::budget::CompactionBudget;
 use crate::pipeline::persist::Persist;
 use crate::protocol::{ChatRequest, WindowProbe};
-use crate::store::{Compaction, CompactionFailure, Trigger};
 use crate::telemetry::genai;
 use crate::tokens::{self, ModelSize, SizeSource};
 use crate::upstream::routes::Upstream;

@@ -14,8 +14,8 @@ mod outline;
 mod text;
 mod units;
 
-use super::openai::summary_text;
 use super::request::serialize_replacing;
+use super::summary_text;
 use super::{
     copy_routing, models, Adapter, ChatRequest, Outline, SummaryCall, ToolLinks, Trimmed, Usage,
 };

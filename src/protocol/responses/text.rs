@@ -7,7 +7,7 @@ use super::units::{item_type, items};
 use crate::protocol::canonical::canonical_json;
 use crate::protocol::elide_middle;
 // Message contents and tool outputs: a string, or parts with `text`.
-use crate::protocol::openai::text_of;
+use crate::protocol::text_of;
 use serde_json::Value;
 use std::borrow::Cow;
 

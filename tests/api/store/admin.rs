@@ -4,7 +4,8 @@ use super::{bodies, compaction, persist, Chain};
 use crate::helpers::db::{both_backends, TestBackend, TestDb};
 use condenser::cli::render::{render_detail, render_list};
 use condenser::conversation::ChainHash;
-use condenser::store::{StoreError, Trigger};
+use condenser::domain::Trigger;
+use condenser::store::StoreError;
 use pretty_assertions::assert_eq;
 
 both_backends!(the_admin_views_show_a_conversation_and_its_branch,);

@@ -4,7 +4,7 @@
 use super::{bodies, compaction, Chain};
 use crate::helpers::db::{both_backends, TestBackend, TestDb};
 use condenser::conversation::TenantId;
-use condenser::store::{Compaction, Trigger};
+use condenser::domain::{Compaction, Trigger};
 use pretty_assertions::assert_eq;
 
 both_backends!(

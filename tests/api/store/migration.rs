@@ -6,7 +6,8 @@
 use super::{bodies, compaction, Chain};
 use crate::helpers::db::{both_backends, TestBackend, TestDb};
 use condenser::conversation::{ConversationId, TenantId};
-use condenser::store::{NewMessage, Store, StoreOptions, Trigger};
+use condenser::domain::Trigger;
+use condenser::store::{NewMessage, Store, StoreOptions};
 use pretty_assertions::assert_eq;
 use sqlx::AnyPool;
 use std::collections::BTreeSet;

@@ -4,7 +4,7 @@
 use super::{bodies, compaction, persist, Chain};
 use crate::helpers::db::{both_backends, TestBackend, TestDb};
 use condenser::conversation::ConversationId;
-use condenser::store::Trigger;
+use condenser::domain::Trigger;
 use pretty_assertions::assert_eq;
 use std::collections::BTreeSet;
 

@@ -8,8 +8,8 @@
 //! heads reach by parent links.
 //!
 //! Each message write records its request's head, and opens or touches
-//! the conversation's list row, in the transaction that stores its
-//! messages: no message is ever stored that no conversation reaches,
+//! the conversation's list row (`conversations`), in the transaction that
+//! stores its messages: no message is ever stored that no conversation reaches,
 //! whatever becomes of the request's figures. A head the new one extends
 //! is dropped then, so a conversation keeps about one head per branch.
 //!
@@ -18,16 +18,17 @@
 //! with a child outside the conversation, or another conversation's head,
 //! and every ancestor of those).
 
+use super::conversations::open_on;
 use super::json_rows::{json_rows, rows_source, BatchStatement, Column};
 use super::messages::MessageBatch;
-use super::{Backend, Result};
 use crate::conversation::{ChainHash, ConversationId};
+use crate::store::{Backend, Result};
 use serde::Serialize;
 use sqlx::AnyConnection;
 
 /// `mine(hash)`: every message conversation `$2` of tenant `$1` reaches,
 /// its heads and all their ancestors. Opens a `with recursive`.
-pub(super) const MINE: &str = "with recursive mine(hash) as ( \
+pub(in crate::store) const MINE: &str = "with recursive mine(hash) as ( \
     select head from conversation_heads where tenant = $1 and conversation = $2 \
     union \
     select m.parent from messages m join mine u on m.tenant = $1 and m.hash = u.hash \
@@ -79,45 +80,6 @@ static DROP_HEADS: BatchStatement = BatchStatement::new(|backend| {
     )
 });
 
-/// A conversation's list row as a message write opens it: the figures
-/// are the request rollup's (`store::requests`).
-#[derive(Serialize)]
-struct OpenedRow<'a> {
-    tenant: &'a str,
-    conversation: &'a ConversationId,
-    root: &'a ChainHash,
-    label: Option<&'a str>,
-    head: &'a ChainHash,
-    messages: i64,
-    at_ms: i64,
-}
-
-const OPENED_COLUMNS: [Column; 7] = [
-    ("tenant", "text"),
-    ("conversation", "text"),
-    ("root", "text"),
-    ("label", "text"),
-    ("head", "text"),
-    ("messages", "bigint"),
-    ("at_ms", "bigint"),
-];
-
-/// Opens the conversations bound as `$1`, or marks them active.
-static OPEN_CONVERSATIONS: BatchStatement = BatchStatement::new(|backend| {
-    format!(
-        "insert into conversations (tenant, conversation, root, label, head, messages, \
-         branches, requests, compactions, tokens, window_tokens, model, last_activity, \
-         created_at) \
-         select r.tenant, r.conversation, r.root, r.label, r.head, r.messages, \
-         1, 0, 0, 0, null, '', r.at_ms, r.at_ms from {} where true \
-         on conflict (tenant, conversation) do update set \
-         label = coalesce(excluded.label, conversations.label), \
-         last_activity = case when excluded.last_activity > conversations.last_activity \
-         then excluded.last_activity else conversations.last_activity end",
-        rows_source(backend, 1, &OPENED_COLUMNS),
-    )
-});
-
 /// Records the head of every batch and opens or touches its
 /// conversation's row, on the transaction writing the batches' messages.
 /// Rows go in key order, as every writer locks them.
@@ -159,11 +121,7 @@ pub(super) async fn record_heads_on(
             .execute(&mut *connection)
             .await?;
     }
-    sqlx::query(OPEN_CONVERSATIONS.text(backend))
-        .bind(json_rows(&opened_rows(&batches))?)
-        .execute(&mut *connection)
-        .await?;
-    Ok(())
+    open_on(connection, backend, &batches).await
 }
 
 fn head_row<'a>(batch: &MessageBatch<'a>, head: &'a ChainHash) -> HeadRow<'a> {
@@ -172,30 +130,4 @@ fn head_row<'a>(batch: &MessageBatch<'a>, head: &'a ChainHash) -> HeadRow<'a> {
         conversation: batch.conversation,
         head,
     }
-}
-
-/// One row per conversation (an upsert may touch a row once): its newest
-/// request's, with the newest label any of them carried. `batches` are in
-/// key order, oldest first within a conversation.
-fn opened_rows<'a>(batches: &[&MessageBatch<'a>]) -> Vec<OpenedRow<'a>> {
-    let mut rows: Vec<OpenedRow<'a>> = Vec::new();
-    for batch in batches {
-        let row = OpenedRow {
-            tenant: batch.tenant.as_str(),
-            conversation: batch.conversation,
-            root: &batch.chain[0],
-            label: batch.label,
-            head: batch.head(),
-            messages: batch.chain.len() as i64 - 1,
-            at_ms: batch.at_ms,
-        };
-        match rows.last_mut() {
-            Some(last) if (last.tenant, last.conversation) == (row.tenant, row.conversation) => {
-                let label = row.label.or(last.label);
-                *last = OpenedRow { label, ..row };
-            }
-            _ => rows.push(row),
-        }
-    }
-    rows
 }

@@ -1,13 +1,13 @@
 //! Beside the flow, the operator's views: the conversation list.
 //!
 //! The operator page's conversation list: one indexed, paged read of the
-//! `conversations` table, whatever the number of conversations.
+//! `conversations` table, whatever the number of conversations. Its rows
+//! are the table's one row type (`store::write::conversations`).
 
-use super::rows::{conversation_column, hash_column};
-use super::{Result, Store};
-use crate::conversation::{ChainHash, ConversationId, TenantId};
-use sqlx::any::AnyRow;
-use sqlx::{Any, FromRow, QueryBuilder, Row};
+use crate::conversation::{ConversationId, TenantId};
+use crate::store::write::conversations::{ConversationRow, CONVERSATION_COLUMNS};
+use crate::store::{Result, Store};
+use sqlx::{Any, QueryBuilder};
 
 /// Rows per page, at most.
 pub const MAX_PAGE: i64 = 200;
@@ -63,53 +63,6 @@ pub struct ListQuery {
     pub filter: Option<String>,
     pub offset: i64,
     pub limit: i64,
-}
-
-/// One conversation as the list shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConversationRow {
-    pub tenant: TenantId,
-    pub conversation: ConversationId,
-    /// Its system prompt's link: shared with every conversation of the
-    /// tenant that opens with the same system prompt.
-    pub root: ChainHash,
-    /// The newest request's head.
-    pub head: ChainHash,
-    pub label: Option<String>,
-    pub messages: i64,
-    pub branches: i64,
-    pub requests: i64,
-    pub compactions: i64,
-    pub tokens: i64,
-    pub window_tokens: Option<i64>,
-    pub model: String,
-    pub last_activity_ms: i64,
-    pub created_at_ms: i64,
-}
-
-pub(super) const CONVERSATION_COLUMNS: &str =
-    "tenant, conversation, root, head, label, messages, branches, \
-     requests, compactions, tokens, window_tokens, model, last_activity, created_at";
-
-impl<'r> FromRow<'r, AnyRow> for ConversationRow {
-    fn from_row(row: &'r AnyRow) -> Result<Self, sqlx::Error> {
-        Ok(Self {
-            tenant: TenantId::from_stored(row.try_get("tenant")?),
-            conversation: conversation_column(row, "conversation")?,
-            root: hash_column(row, "root")?,
-            head: hash_column(row, "head")?,
-            label: row.try_get("label")?,
-            messages: row.try_get("messages")?,
-            branches: row.try_get("branches")?,
-            requests: row.try_get("requests")?,
-            compactions: row.try_get("compactions")?,
-            tokens: row.try_get("tokens")?,
-            window_tokens: row.try_get("window_tokens")?,
-            model: row.try_get("model")?,
-            last_activity_ms: row.try_get("last_activity")?,
-            created_at_ms: row.try_get("created_at")?,
-        })
-    }
 }
 
 /// The bounds of the hashes that start with `prefix`, when it is a hex

@@ -13,8 +13,8 @@
 //! operator's SQL) may delete rows beside it. Triggers count deletions
 //! (migrations/sqlite) and the server looks at the count every second.
 
-use super::{Store, StoreMemory};
 use crate::conversation::{ChainHash, TenantId};
+use crate::store::{Store, StoreMemory};
 use sqlx::postgres::PgListener;
 use std::time::Duration;
 
@@ -101,7 +101,7 @@ pub async fn remember_recent(
     since: Option<Duration>,
 ) -> usize {
     let since_ms = since.map_or(0, |since| {
-        super::now_ms().saturating_sub(i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
+        crate::store::now_ms().saturating_sub(i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
     });
     match store
         .recent_compactions(since_ms, super::memory::COMPACTION_BYTES)
@@ -124,7 +124,7 @@ pub async fn remember_recent(
 /// instance, this one included; on SQLite this one forgets at once rather
 /// than at its next look at the deletion count.
 pub async fn after_deletions(store: &Store, memory: &StoreMemory) {
-    if store.backend() == super::Backend::Sqlite {
+    if store.backend() == crate::store::Backend::Sqlite {
         forget_and_reload(store, memory).await;
     }
 }
@@ -132,7 +132,7 @@ pub async fn after_deletions(store: &Store, memory: &StoreMemory) {
 /// Starts watching SQLite's deletion count; returns once the count it
 /// compares with is read, so a deletion after memory is filled is not
 /// missed.
-pub async fn watch_sqlite_deletions(store: Store, memory: StoreMemory) -> super::Result<()> {
+pub async fn watch_sqlite_deletions(store: Store, memory: StoreMemory) -> crate::store::Result<()> {
     let mut seen = store.sqlite_deletions().await?;
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(SQLITE_DELETIONS_EVERY);

@@ -14,8 +14,9 @@
 //! the store lacks it, the write fails too. A chain is never stored past a
 //! gap; the conversation's next request re-sends it and stores it whole.
 
-use super::{MessageBatch, NewMessage, RequestRecord, Storage};
+use super::{MessageBatch, NewMessage, RequestRecord};
 use crate::conversation::{ChainHash, ConversationId, TenantId};
+use crate::store::Storage;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};

@@ -3,9 +3,9 @@
 //! The operator page's overview of a recent period, and the message texts a
 //! conversation page shows. Each figure is one aggregate over an index.
 
-use super::rows::{hash_column, optional_hash_column};
-use super::{Result, Store};
 use crate::conversation::{ChainHash, TenantId};
+use crate::store::rows::{hash_column, optional_hash_column};
+use crate::store::{Result, Store};
 use sqlx::Row;
 
 /// Summary durations read for percentiles, at most.

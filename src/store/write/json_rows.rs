@@ -14,8 +14,8 @@
 //! `json_each`; [`rows_source`] writes either as a row source named `r`
 //! whose columns the rest of the statement names alike on both backends.
 
-use super::Backend;
 use crate::conversation::ChainHash;
+use crate::store::Backend;
 use serde::{Serialize, Serializer};
 use std::sync::OnceLock;
 

@@ -1,26 +1,24 @@
 //! Step 3, persist: messages.
 //!
 //! Messages: finding how much of a chain is already stored, and writing only
-//! the rest (ARCHITECTURE.md "Persist": cost grows with what is new), with
-//! the head of each request's conversation (`store::heads`) in the same
-//! transaction.
+//! the rest (ARCHITECTURE.md "Persist": cost grows with what is new). The
+//! transaction that writes them, with each request's head and figures, is
+//! `commit`'s.
 
-use super::heads::record_heads_on;
 use super::json_rows::{
     hash_rows, hex, json_rows, optional_hex, rows_source, source_columns, BatchStatement, Column,
     HASH_COLUMN,
 };
-use super::requests::{record_requests_on, RequestRecord};
-use super::rows::{hash_column, lock_tenant, now_ms, TenantLock, HASH_CHUNK};
-use super::{Backend, Result, Store, StoreError};
 use crate::conversation::{ChainHash, ConversationId, TenantId};
+use crate::store::rows::{hash_column, HASH_CHUNK};
+use crate::store::{Backend, Result, Store};
 use serde::Serialize;
 use sqlx::AnyConnection;
 use std::collections::HashSet;
 
 /// Messages per insert statement: a long history's first write is a few
 /// statements of bounded size rather than one of many megabytes.
-const INSERT_CHUNK: usize = 500;
+pub(super) const INSERT_CHUNK: usize = 500;
 
 /// One link of a chain to store. Position 0 is the root (the system prompt,
 /// role "system", no parent); `body` is the message JSON as the client sent it.
@@ -76,58 +74,6 @@ impl Store {
             .collect::<Result<_, _>>()?;
         Ok(found)
     }
-
-    /// Writes the rows of `batch` in one transaction, idempotently: rows
-    /// that already exist (a replay, another instance, a shared branch)
-    /// are left as they are, `label` included; its chain's head is
-    /// recorded for its conversation. Returns how many rows were new.
-    pub async fn insert_messages(&self, batch: MessageBatch<'_>) -> Result<u64> {
-        self.write_batch(&[batch], &[]).await
-    }
-
-    /// One group commit: the messages of several requests (any tenants),
-    /// the heads of their conversations, and their request records, in one
-    /// transaction. Returns how many message rows were new.
-    ///
-    /// Fails with [`StoreError::ParentMissing`], writing nothing, when a
-    /// batch's first message extends one the store does not have: the
-    /// writer found it stored before the transaction, and a deletion of
-    /// another conversation that reached it may have taken it since.
-    #[tracing::instrument(
-        name = "store.write_batch",
-        level = "debug",
-        skip_all,
-        fields(batches = messages.len(), records = records.len()),
-    )]
-    pub async fn write_batch(
-        &self,
-        messages: &[MessageBatch<'_>],
-        records: &[RequestRecord],
-    ) -> Result<u64> {
-        if messages.is_empty() && records.is_empty() {
-            return Ok(0);
-        }
-        let rows = rows_in_lock_order(messages);
-        let created_at = now_ms();
-        let mut tx = self.begin_write().await?;
-        let mut tenants: Vec<&str> = messages.iter().map(|b| b.tenant.as_str()).collect();
-        tenants.sort_unstable();
-        tenants.dedup();
-        for tenant in tenants {
-            lock_tenant(&mut tx, self.backend, tenant, TenantLock::Shared).await?;
-        }
-        let mut inserted = 0;
-        for chunk in rows.chunks(INSERT_CHUNK) {
-            inserted += insert_rows(&mut tx, self.backend, chunk, created_at).await?;
-        }
-        if !parents_stored(&mut tx, self.backend, messages).await? {
-            return Err(StoreError::ParentMissing);
-        }
-        record_heads_on(&mut tx, self.backend, messages, created_at).await?;
-        record_requests_on(&mut tx, self.backend, records).await?;
-        tx.commit().await?;
-        Ok(inserted)
-    }
 }
 
 /// The messages of one request, for [`Store::write_batch`].
@@ -153,12 +99,12 @@ impl<'a> MessageBatch<'a> {
 }
 
 /// A row to insert, with whose it is.
-type Row<'a> = (&'a TenantId, Option<&'a str>, &'a NewMessage);
+pub(super) type Row<'a> = (&'a TenantId, Option<&'a str>, &'a NewMessage);
 
 /// Every row once, ordered by key. Every writer locks the rows it inserts
 /// in this one order, so two batches that share rows (two instances, one
 /// conversation) never wait on each other in a cycle.
-fn rows_in_lock_order<'a>(batches: &[MessageBatch<'a>]) -> Vec<Row<'a>> {
+pub(super) fn rows_in_lock_order<'a>(batches: &[MessageBatch<'a>]) -> Vec<Row<'a>> {
     let mut rows: Vec<Row<'a>> = batches
         .iter()
         .flat_map(|batch| {
@@ -173,7 +119,7 @@ fn rows_in_lock_order<'a>(batches: &[MessageBatch<'a>]) -> Vec<Row<'a>> {
     rows
 }
 
-async fn insert_rows(
+pub(super) async fn insert_rows(
     connection: &mut AnyConnection,
     backend: Backend,
     rows: &[Row<'_>],
@@ -222,7 +168,7 @@ static MISSING_PARENTS: BatchStatement = BatchStatement::new(|backend| {
 
 /// Whether every batch's first message extends a stored one, once the
 /// batches' own rows are in (a batch may extend another's).
-async fn parents_stored(
+pub(super) async fn parents_stored(
     connection: &mut AnyConnection,
     backend: Backend,
     batches: &[MessageBatch<'_>],

@@ -3,17 +3,18 @@
 //! Read-only views for the operator CLI (`condenser conversations list/show`).
 //!
 //! A conversation is one session (`conversation::session`): every message
-//! its heads reach (`store::heads`), its branches being its rewinds and
+//! its heads reach (`store::write::heads`), its branches being its rewinds and
 //! edits. Messages only link to their parent, so the views walk up from
 //! the heads with recursive CTEs, which both backends run. They scan
 //! across tenants on purpose: the operator sees everything, but tenants
 //! stay opaque digests.
 
-use super::compactions::COMPACTION_COLUMNS;
-use super::heads::MINE;
-use super::rows::{conversation_column, hash_column, optional_hash_column};
-use super::{Compaction, Result, Store, StoreError};
 use crate::conversation::{ChainHash, ConversationId, TenantId};
+use crate::domain::Compaction;
+use crate::store::rows::{conversation_column, hash_column, optional_hash_column};
+use crate::store::write::compactions::COMPACTION_COLUMNS;
+use crate::store::write::heads::MINE;
+use crate::store::{Result, Store, StoreError};
 use sqlx::any::AnyRow;
 use sqlx::{FromRow, Row};
 

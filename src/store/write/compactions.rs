@@ -3,9 +3,10 @@
 //! Compactions: which prefix of a chain a summary stands for.
 
 use super::json_rows::{hash_rows, rows_source, BatchStatement, HASH_COLUMN};
-use super::rows::{hash_column, HASH_CHUNK};
-use super::{Result, Store, Trigger};
-use crate::conversation::{ChainHash, TenantId, TrimRecord};
+use crate::conversation::{ChainHash, TenantId};
+use crate::domain::{Compaction, Trigger, TrimRecord};
+use crate::store::rows::{hash_column, HASH_CHUNK};
+use crate::store::{Result, Store};
 use futures_util::TryStreamExt;
 use sqlx::any::AnyRow;
 use sqlx::{FromRow, Row};
@@ -19,34 +20,9 @@ static DEEPEST_COMPACTION: BatchStatement = BatchStatement::new(|backend| {
     )
 });
 
-/// A stored summary of messages `1..=prefix_len` of the chain ending at
-/// `prefix_hash`. Used both to insert a compaction and to read one back.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Compaction {
-    /// h_c: hash of the last compacted message.
-    pub prefix_hash: ChainHash,
-    /// The compaction this one replaces, or the root h_0.
-    pub base_hash: ChainHash,
-    /// c: messages 1..=c are summarized.
-    pub prefix_len: i64,
-    /// The raw summary text, without the marker wrapper.
-    pub summary: String,
-    pub summary_tokens: i64,
-    pub messages_compacted: i64,
-    pub tokens_before: i64,
-    pub tokens_after: i64,
-    /// The model that wrote the summary.
-    pub model: String,
-    /// Why it ran.
-    pub trigger: Trigger,
-    /// Tool results cut down in the kept tail (a JSON column).
-    pub trims: Vec<TrimRecord>,
-    pub duration_ms: i64,
-    pub created_at_ms: i64,
-}
-
 /// Columns in the order [`Compaction`]'s `FromRow` reads them by name.
-pub(super) const COMPACTION_COLUMNS: &str = "prefix_hash, base_hash, prefix_len, summary, \
+pub(in crate::store) const COMPACTION_COLUMNS: &str =
+    "prefix_hash, base_hash, prefix_len, summary, \
      summary_tokens, messages_compacted, tokens_before, tokens_after, model, trigger, trims, \
      duration_ms, created_at";
 

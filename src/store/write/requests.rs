@@ -1,17 +1,17 @@
-//! Beside the flow, the operator's views: per-request figures.
+//! Beside the flow, the operator's views: per-request figures, written.
 //!
-//! Per-request figures for the operator page: one row per chat request, and
-//! the figures of the per-conversation row the list reads (a message write
-//! opens that row, `store::heads`), both written in the background after
-//! the response.
+//! Per-request figures for the operator page: one row per chat request,
+//! rolled into its conversation's row (`conversations`), both written in
+//! the background after the response. The chart reads them back
+//! (`store::read::requests`).
 
+use super::conversations::{roll_up_on, stored_heads_on, ConversationKey, ConversationRow};
 use super::json_rows::{hex, json_rows, rows_source, source_columns, BatchStatement, Column};
-use super::rows::{conversation_column, hash_column};
-use super::{Backend, CompactionFailure, Result, Store};
 use crate::conversation::{ChainHash, ConversationId, TenantId};
+use crate::domain::CompactionFailure;
+use crate::store::{Backend, Result, Store};
 use serde::Serialize;
-use sqlx::any::AnyRow;
-use sqlx::{AnyConnection, FromRow, Row};
+use sqlx::AnyConnection;
 use std::collections::HashMap;
 
 /// Request rows kept per conversation: enough for a day-long agent session's
@@ -48,81 +48,6 @@ pub struct RequestRecord {
     pub compaction_error: Option<CompactionFailure>,
     pub degraded: bool,
 }
-
-/// A stored request row, as the chart reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestPoint {
-    pub at_ms: i64,
-    pub messages: i64,
-    pub estimated_tokens: i64,
-    pub upstream_input_tokens: Option<i64>,
-    pub window_tokens: Option<i64>,
-    pub compacted_messages: Option<i64>,
-    pub compactions: i64,
-    pub overflows: i64,
-    pub status: i64,
-}
-
-/// Rolls a batch's requests of one conversation, bound as `$1`, into its
-/// row: counts are added, `branches` arrives as one plus the new branches
-/// seen.
-static UPSERT_CONVERSATIONS: BatchStatement = BatchStatement::new(|backend| {
-    format!(
-        "insert into conversations (tenant, conversation, root, label, head, messages, branches, \
-         requests, compactions, tokens, window_tokens, model, last_activity, created_at) \
-         select {} from {} where true {UPSERT_CONVERSATIONS_CONFLICT}",
-        source_columns(&CONVERSATION_COLUMNS),
-        rows_source(backend, 1, &CONVERSATION_COLUMNS),
-    )
-});
-
-const UPSERT_CONVERSATIONS_CONFLICT: &str = "\
-on conflict (tenant, conversation) do update set
-    label = coalesce(excluded.label, conversations.label),
-    branches = conversations.branches + excluded.branches - 1,
-    requests = conversations.requests + excluded.requests,
-    compactions = conversations.compactions + excluded.compactions,
-    window_tokens = coalesce(excluded.window_tokens, conversations.window_tokens),
-    -- Records land out of order (each waits for its response's usage):
-    -- the newest request, by arrival, sets the current state.
-    head = case when excluded.last_activity >= conversations.last_activity
-        then excluded.head else conversations.head end,
-    messages = case when excluded.last_activity >= conversations.last_activity
-        then excluded.messages else conversations.messages end,
-    tokens = case when excluded.last_activity >= conversations.last_activity
-        then excluded.tokens else conversations.tokens end,
-    model = case when excluded.last_activity >= conversations.last_activity
-        then excluded.model else conversations.model end,
-    last_activity = case when excluded.last_activity >= conversations.last_activity
-        then excluded.last_activity else conversations.last_activity end
-returning tenant, conversation, requests";
-
-/// The columns of [`ConversationRow`], in the statement's order.
-const CONVERSATION_COLUMNS: [Column; 14] = [
-    ("tenant", "text"),
-    ("conversation", "text"),
-    ("root", "text"),
-    ("label", "text"),
-    ("head", "text"),
-    ("messages", "bigint"),
-    ("branches", "bigint"),
-    ("requests", "bigint"),
-    ("compactions", "bigint"),
-    ("tokens", "bigint"),
-    ("window_tokens", "bigint"),
-    ("model", "text"),
-    ("last_activity", "bigint"),
-    ("created_at", "bigint"),
-];
-
-/// The stored head of each conversation bound as `$1`.
-static STORED_HEADS: BatchStatement = BatchStatement::new(|backend| {
-    format!(
-        "select tenant, conversation, head, messages from conversations \
-         where (tenant, conversation) in (select r.tenant, r.conversation from {})",
-        rows_source(backend, 1, &CONVERSATION_COLUMNS[..2]),
-    )
-});
 
 /// Inserts the request rows bound as `$1`.
 static INSERT_REQUESTS: BatchStatement = BatchStatement::new(|backend| {
@@ -169,22 +94,6 @@ delete from requests where tenant = $1 and conversation = $2 and id < (
     select id from requests where tenant = $1 and conversation = $2
     order by id desc limit 1 offset $3)";
 
-impl<'r> FromRow<'r, AnyRow> for RequestPoint {
-    fn from_row(row: &'r AnyRow) -> Result<Self, sqlx::Error> {
-        Ok(Self {
-            at_ms: row.try_get("created_at")?,
-            messages: row.try_get("messages")?,
-            estimated_tokens: row.try_get("estimated_tokens")?,
-            upstream_input_tokens: row.try_get("upstream_input_tokens")?,
-            window_tokens: row.try_get("window_tokens")?,
-            compacted_messages: row.try_get("compacted_messages")?,
-            compactions: row.try_get("compactions")?,
-            overflows: row.try_get("overflows")?,
-            status: row.try_get("status")?,
-        })
-    }
-}
-
 impl Store {
     /// Stores one request's figures and rolls them into its conversation's
     /// row. Three short statements, no transaction: the figures are for
@@ -193,25 +102,6 @@ impl Store {
     pub async fn record_request(&self, record: &RequestRecord) -> Result<()> {
         let mut connection = self.pool.acquire().await?;
         record_requests_on(&mut connection, self.backend, std::slice::from_ref(record)).await
-    }
-
-    /// The stored requests of one conversation, oldest first.
-    pub async fn conversation_requests(
-        &self,
-        tenant: &TenantId,
-        conversation: &ConversationId,
-    ) -> Result<Vec<RequestPoint>> {
-        let rows = sqlx::query_as(
-            "select created_at, messages, estimated_tokens, upstream_input_tokens, window_tokens, \
-             compacted_messages, compactions, overflows, status \
-             from requests where tenant = $1 and conversation = $2 order by id limit $3",
-        )
-        .bind(tenant.as_str())
-        .bind(conversation.to_hex())
-        .bind(REQUESTS_KEPT)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows)
     }
 }
 
@@ -298,18 +188,7 @@ async fn count_branches(
             conversation: &rollup.conversation,
         })
         .collect();
-    let rows = sqlx::query(STORED_HEADS.text(backend))
-        .bind(json_rows(&keys)?)
-        .fetch_all(&mut *connection)
-        .await?;
-    let mut stored = HashMap::new();
-    for row in rows {
-        let tenant: String = row.try_get("tenant")?;
-        let conversation = conversation_column(&row, "conversation")?;
-        let head = hash_column(&row, "head")?;
-        let messages: i64 = row.try_get("messages")?;
-        stored.insert((tenant, conversation), (head, messages));
-    }
+    let mut stored = stored_heads_on(connection, backend, &keys).await?;
     for rollup in rollups.iter_mut() {
         let key = (rollup.tenant.as_str().to_owned(), rollup.conversation);
         let mut previous = stored.remove(&key);
@@ -331,69 +210,35 @@ async fn upsert_conversations(
     backend: Backend,
     rollups: &[Rollup<'_>],
 ) -> Result<HashMap<(String, ConversationId), i64>> {
-    let rows: Vec<ConversationRow<'_>> = rollups.iter().map(ConversationRow::of).collect();
-    let updated = sqlx::query(UPSERT_CONVERSATIONS.text(backend))
-        .bind(json_rows(&rows)?)
-        .fetch_all(&mut *connection)
-        .await?;
-    let mut totals = HashMap::new();
-    for row in updated {
-        let tenant: String = row.try_get("tenant")?;
-        let conversation = conversation_column(&row, "conversation")?;
-        totals.insert((tenant, conversation), row.try_get::<i64, _>("requests")?);
-    }
-    Ok(totals)
+    let rows: Vec<ConversationRow> = rollups.iter().map(rolled_up).collect();
+    roll_up_on(connection, backend, &rows).await
 }
 
-/// A conversation's key, as [`STORED_HEADS`] reads it.
-#[derive(Serialize)]
-struct ConversationKey<'a> {
-    tenant: &'a str,
-    conversation: &'a ConversationId,
-}
-
-/// A conversation's row, as [`UPSERT_CONVERSATIONS`] reads it.
-#[derive(Serialize)]
-struct ConversationRow<'a> {
-    tenant: &'a str,
-    conversation: &'a ConversationId,
-    #[serde(serialize_with = "hex")]
-    root: &'a ChainHash,
-    label: Option<&'a str>,
-    #[serde(serialize_with = "hex")]
-    head: &'a ChainHash,
-    messages: i64,
-    branches: i64,
-    requests: i64,
-    compactions: i64,
-    tokens: i64,
-    window_tokens: Option<i64>,
-    model: &'a str,
-    last_activity: i64,
-    created_at: i64,
-}
-
-impl<'a> ConversationRow<'a> {
-    fn of(rollup: &'a Rollup<'a>) -> Self {
-        let newest = rollup.newest();
-        Self {
-            tenant: rollup.tenant.as_str(),
-            conversation: &rollup.conversation,
-            root: &rollup.root,
-            label: rollup.records.iter().rev().find_map(|r| r.label.as_deref()),
-            head: newest.chain.last().unwrap_or(&rollup.root),
-            messages: newest.chain.len() as i64 - 1,
-            branches: 1 + rollup.branched,
-            requests: rollup.records.len() as i64,
-            compactions: rollup.records.iter().map(|r| r.compactions).sum(),
-            tokens: newest
-                .upstream_input_tokens
-                .unwrap_or(newest.estimated_tokens),
-            window_tokens: rollup.records.iter().rev().find_map(|r| r.window_tokens),
-            model: &newest.model,
-            last_activity: newest.arrived_at_ms,
-            created_at: rollup.records[0].arrived_at_ms,
-        }
+/// A conversation's row as its requests in a batch roll into it.
+fn rolled_up(rollup: &Rollup<'_>) -> ConversationRow {
+    let newest = rollup.newest();
+    ConversationRow {
+        tenant: rollup.tenant.clone(),
+        conversation: rollup.conversation,
+        root: rollup.root,
+        label: rollup
+            .records
+            .iter()
+            .rev()
+            .find_map(|r| r.label.as_deref())
+            .map(str::to_owned),
+        head: *newest.chain.last().unwrap_or(&rollup.root),
+        messages: newest.chain.len() as i64 - 1,
+        branches: 1 + rollup.branched,
+        requests: rollup.records.len() as i64,
+        compactions: rollup.records.iter().map(|r| r.compactions).sum(),
+        tokens: newest
+            .upstream_input_tokens
+            .unwrap_or(newest.estimated_tokens),
+        window_tokens: rollup.records.iter().rev().find_map(|r| r.window_tokens),
+        model: newest.model.clone(),
+        last_activity_ms: newest.arrived_at_ms,
+        created_at_ms: rollup.records[0].arrived_at_ms,
     }
 }
 

@@ -14,8 +14,8 @@
 //! instances' compactions and deletions arrive by Postgres notifications
 //! (`store::notify`); on SQLite there is one instance per file.
 
-use super::Compaction;
 use crate::conversation::{ChainHash, ConversationId, TenantId};
+use crate::domain::Compaction;
 use quick_cache::sync::Cache;
 use quick_cache::Weighter;
 use std::sync::Arc;
@@ -41,7 +41,7 @@ struct BySize;
 impl Weighter<ChainHash, Arc<Remembered>> for BySize {
     fn weight(&self, _key: &ChainHash, value: &Arc<Remembered>) -> u64 {
         let compaction = &value.compaction;
-        let trims = compaction.trims.len() * std::mem::size_of::<crate::conversation::TrimRecord>();
+        let trims = compaction.trims.len() * std::mem::size_of::<crate::domain::TrimRecord>();
         (std::mem::size_of::<Remembered>()
             + compaction.summary.len()
             + compaction.model.len()
@@ -97,7 +97,7 @@ impl StoreMemory {
     /// `conversation`. A stored link implies its whole prefix is: messages
     /// are written in chain order, each batch after the prefix it extends,
     /// and a write that relied on a link a failed write was to store fails
-    /// too (`store::writer`).
+    /// too (`store::write::writer`).
     pub fn stored_prefix_len(&self, conversation: &ConversationId, chain: &[ChainHash]) -> usize {
         chain
             .iter()
@@ -180,7 +180,7 @@ mod tests {
             tokens_before: 100,
             tokens_after: 10,
             model: "m".into(),
-            trigger: crate::store::Trigger::Overflow,
+            trigger: crate::domain::Trigger::Overflow,
             trims: Vec::new(),
             duration_ms: 1,
             created_at_ms: 1,

@@ -8,8 +8,8 @@
 //! measured by the database's clock, not each instance's, so clock skew
 //! between instances cannot hand one lease to two holders.
 
-use super::{Backend, Result, Store};
 use crate::conversation::{ChainHash, TenantId};
+use crate::store::{Backend, Result, Store};
 use std::time::Duration;
 
 /// The acquire statement, around a backend's "now in unix milliseconds".

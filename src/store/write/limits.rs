@@ -4,8 +4,8 @@
 //! context windows from overflow errors, bytes-to-tokens rates from usage.
 //! Stored so every instance, and the next start, knows them.
 
-use super::rows::now_ms;
-use super::{Result, Store};
+use crate::store::rows::now_ms;
+use crate::store::{Result, Store};
 use sqlx::Row;
 
 /// What the store knows of one model's sizes.

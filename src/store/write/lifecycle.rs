@@ -4,7 +4,7 @@
 //! (retention), one conversation, one tenant, and dead-end branches.
 //!
 //! A conversation goes in one transaction, and takes only what no other
-//! conversation still reaches (`store::heads`): messages two sessions share
+//! conversation still reaches (`store::write::heads`): messages two sessions share
 //! (their system prompt, an identical opening) stay for the one that is
 //! kept, with the compactions of those prefixes. Its own compactions and
 //! leases go first (they name its messages), then its messages, its heads,
@@ -13,11 +13,10 @@
 use super::heads::{MINE, SHARED};
 use super::json_rows::{hash_rows, rows_source, BatchStatement, HASH_COLUMN};
 use super::prune::{dead_ends, leaves, newest_heads, Link};
-use super::rows::{
-    conversation_column, hash_column, lock_tenant, now_ms, optional_hash_column, TenantLock,
-};
-use super::{Backend, Result, Store};
 use crate::conversation::{ChainHash, ConversationId, TenantId};
+use crate::store::coordination::locks::{lock_tenant, TenantLock};
+use crate::store::rows::{conversation_column, hash_column, now_ms, optional_hash_column};
+use crate::store::{Backend, Result, Store};
 use sqlx::{AnyConnection, Row};
 
 const DELETE_TENANT: &[&str] = &[

@@ -1,0 +1,74 @@
+//! Beside the flow, the content address: a chain hash.
+//!
+//! A link of a conversation's chain (`h_0 = H(tenant, canonical(system))`,
+//! `h_i = H(h_{i-1}, canonical(message_i))`) names a message and every
+//! message before it. Identification computes it (`conversation::chain`);
+//! storage keys rows by it, compaction and the rewrite name prefixes by it,
+//! the operator's views show it. This is the value and its encodings.
+
+use std::fmt;
+
+/// Characters of a hash or tenant digest shown to operators.
+pub const SHORT_ID_CHARS: usize = 12;
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChainHash([u8; 32]);
+
+impl ChainHash {
+    /// All zeros: no chain's hash, free for keys that name no conversation
+    /// (the maintenance turn's lease).
+    pub const ZERO: Self = Self([0; 32]);
+
+    /// The hash whose bytes these are: a digest computed by
+    /// `conversation::chain`.
+    pub const fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// The first characters of the hex form: enough to pass back to
+    /// `conversations show`, short enough to read.
+    pub fn short(&self) -> String {
+        self.to_hex()[..SHORT_ID_CHARS].to_owned()
+    }
+
+    pub fn from_hex(text: &str) -> Option<Self> {
+        let mut bytes = [0u8; 32];
+        hex::decode_to_slice(text, &mut bytes).ok()?;
+        Some(Self(bytes))
+    }
+}
+
+/// Stored and sent as its hex form.
+impl serde::Serialize for ChainHash {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.to_hex())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ChainHash {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        Self::from_hex(&text)
+            .ok_or_else(|| serde::de::Error::custom("not a 64-digit hex chain hash"))
+    }
+}
+
+impl fmt::Debug for ChainHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ChainHash({})", &self.to_hex()[..12])
+    }
+}
+
+impl fmt::Display for ChainHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
