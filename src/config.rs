@@ -23,7 +23,7 @@ use std::time::Duration;
 
 pub use secret::Secret;
 pub use server::ServerSettings;
-pub use upstreams::{LegacySection, UpstreamSettings, UpstreamTable};
+pub use upstreams::{LegacySection, NativeCompaction, UpstreamSettings, UpstreamTable};
 pub use validate::ConfigError;
 
 /// Documented environment variables and the setting each one sets.

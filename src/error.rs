@@ -30,6 +30,10 @@ pub enum ProxyError {
     MethodNotAllowed(&'static str),
     #[error("request target not forwarded: {0}")]
     BadTarget(&'static str),
+    /// A WebSocket upgrade: Condenser's pipeline speaks HTTP, and a 426
+    /// makes clients that offer both (Codex) fall back to HTTPS at once.
+    #[error("WebSocket mode is not served here: send the request over HTTPS")]
+    UpgradeRequired,
     /// The request's own work ended without an answer (a stream already
     /// committed by keep-alives can only report it in-band).
     #[error("condenser: the request failed")]
@@ -46,6 +50,7 @@ impl ProxyError {
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::BodyTimeout | Self::BodyDeadline { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::UpgradeRequired => StatusCode::UPGRADE_REQUIRED,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -62,6 +67,7 @@ impl ProxyError {
             Self::Overloaded { .. } => "overloaded",
             Self::MethodNotAllowed(_) => "method_not_allowed",
             Self::BadTarget(_) => "bad_request_target",
+            Self::UpgradeRequired => "websocket_not_served",
             Self::Internal => "internal",
         }
     }
@@ -81,9 +87,10 @@ impl ProxyError {
     fn class(&self) -> ErrorClass {
         match self {
             Self::BodyTooLarge { .. } => ErrorClass::TooLarge,
-            Self::BodyRead(_) | Self::MethodNotAllowed(_) | Self::BadTarget(_) => {
-                ErrorClass::InvalidRequest
-            }
+            Self::BodyRead(_)
+            | Self::MethodNotAllowed(_)
+            | Self::BadTarget(_)
+            | Self::UpgradeRequired => ErrorClass::InvalidRequest,
             Self::BodyTimeout | Self::BodyDeadline { .. } => ErrorClass::ClientTimeout,
             Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => ErrorClass::UpstreamTimeout,
             Self::Overloaded { .. } => ErrorClass::Overloaded,

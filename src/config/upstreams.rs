@@ -29,6 +29,26 @@ pub struct UpstreamTable {
     /// The window its models are served with when a request sets none (a
     /// local server's default, e.g. Ollama's `num_ctx`).
     pub default_context_window: Option<u64>,
+    /// What Condenser does with the providers' own compaction APIs on
+    /// this upstream.
+    pub native_compaction: Option<NativeCompaction>,
+}
+
+/// What Condenser does with a provider's own compaction API (OpenAI's
+/// `/responses/compact`, `compaction_trigger` and `context_management`;
+/// Anthropic's compaction and context editing) on one upstream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NativeCompaction {
+    /// Forward where the upstream is the provider that defines the API,
+    /// serve elsewhere, and serve once a forwarded call is refused as
+    /// unknown.
+    #[default]
+    Auto,
+    /// Pass the calls untouched.
+    Forward,
+    /// Condenser implements them with its own summaries.
+    Serve,
 }
 
 /// The `[ollama]` section from before `[upstreams.ollama]`.
@@ -48,6 +68,7 @@ pub struct UpstreamSettings {
     /// Empty for a provider's own upstream at Condenser's root.
     pub path_prefix: String,
     pub default_context_window: Option<u64>,
+    pub native_compaction: NativeCompaction,
 }
 
 /// `upstreams` as a table of tables, or as the older array of tables.
@@ -98,6 +119,7 @@ impl Settings {
         let legacy = root.legacy_key.and_then(|key| self.legacy_base_url(key));
         let base_url = table.and_then(|t| t.base_url.clone()).or(legacy);
         let window = table.and_then(|t| t.default_context_window);
+        let native = table.and_then(|t| t.native_compaction);
         Some(UpstreamSettings {
             name: name.to_string(),
             base_url: base_url.unwrap_or_else(|| root.base_url.to_string()),
@@ -106,6 +128,7 @@ impl Settings {
             default_context_window: window
                 .or(root.legacy_key.and_then(|key| self.legacy_window(key)))
                 .or(root.default_window),
+            native_compaction: native.unwrap_or_default(),
         })
     }
 
@@ -169,6 +192,7 @@ fn prefixed(index: usize, table: &UpstreamTable) -> Result<UpstreamSettings, Con
         protocol,
         path_prefix: prefix,
         default_context_window: table.default_context_window,
+        native_compaction: table.native_compaction.unwrap_or_default(),
     })
 }
 

@@ -8,6 +8,7 @@ pub mod ops;
 pub mod passthrough;
 pub mod serve;
 
+use crate::error::ProxyError;
 use crate::state::AppState;
 use crate::upstream::routes::Endpoint;
 use axum::extract::{Request, State};
@@ -61,6 +62,9 @@ async fn proxy(
         .routes
         .resolve(request.method(), uri.path(), uri.query(), request.headers());
     tracing::debug!(upstream = %route.upstream.name, endpoint = ?route.endpoint, "routed");
+    if wants_websocket(request.headers()) {
+        return ProxyError::UpgradeRequired.into_response_for(route.upstream.protocol);
+    }
     let total = state.settings.server.body_total_timeout;
     let bounds = body::Bounds {
         max_bytes: state.settings.max_body_bytes,
@@ -79,6 +83,16 @@ async fn proxy(
         }
         Endpoint::Passthrough => passthrough::forward(&state, route, request, bounds).await,
     }
+}
+
+/// A WebSocket handshake (RFC 6455 4.1). Relayed as plain HTTP it would
+/// lose its hop-by-hop `Upgrade` and fail upstream after the client's
+/// retries; refused at once, a client falls back to HTTPS.
+fn wants_websocket(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(http::header::UPGRADE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.eq_ignore_ascii_case("websocket"))
 }
 
 /// Bodies from this size on are worked on beside the runtime's worker

@@ -4,7 +4,7 @@
 //! endpoint) or forwards it untouched. The upstream URL comes only from
 //! configuration: the request contributes its path and query, never a host.
 
-use crate::config::Settings;
+use crate::config::{NativeCompaction, Settings, UpstreamSettings};
 pub use crate::protocol::Endpoint;
 use crate::protocol::{Adapter, Protocol};
 use http::{HeaderMap, Method};
@@ -21,28 +21,33 @@ pub struct Upstream {
     /// The window its models are served with when a request sets none
     /// (a local server's `num_ctx` default): configuration, so evidence.
     pub default_window: Option<u64>,
+    /// What Condenser does with the providers' own compaction APIs here.
+    pub native_compaction: NativeCompaction,
 }
 
 impl Upstream {
     #[cfg(test)]
     fn new(name: &str, base_url: &str, protocol: Protocol) -> Result<Arc<Self>, url::ParseError> {
-        Self::with_window(name, base_url, protocol, None)
+        Self::from_settings(&UpstreamSettings {
+            name: name.into(),
+            base_url: base_url.into(),
+            protocol,
+            path_prefix: String::new(),
+            default_context_window: None,
+            native_compaction: NativeCompaction::default(),
+        })
     }
 
-    fn with_window(
-        name: &str,
-        base_url: &str,
-        protocol: Protocol,
-        default_window: Option<u64>,
-    ) -> Result<Arc<Self>, url::ParseError> {
-        let mut base_url = Url::parse(base_url)?;
+    fn from_settings(settings: &UpstreamSettings) -> Result<Arc<Self>, url::ParseError> {
+        let mut base_url = Url::parse(&settings.base_url)?;
         let path = base_url.path().trim_end_matches('/').to_owned();
         base_url.set_path(&path);
         Ok(Arc::new(Self {
-            name: name.into(),
+            name: settings.name.clone(),
             base_url,
-            protocol,
-            default_window,
+            protocol: settings.protocol,
+            default_window: settings.default_context_window,
+            native_compaction: settings.native_compaction,
         }))
     }
 
@@ -88,8 +93,7 @@ impl RouteTable {
         let mut roots = Vec::new();
         let mut prefixed = Vec::new();
         for u in settings.upstreams()? {
-            let upstream =
-                Upstream::with_window(&u.name, &u.base_url, u.protocol, u.default_context_window)?;
+            let upstream = Upstream::from_settings(&u)?;
             match u.path_prefix.as_str() {
                 "" => roots.push(upstream),
                 prefix => prefixed.push((prefix.to_string(), upstream)),
@@ -169,6 +173,7 @@ mod tests {
             protocol: Some(openai::PROTOCOL),
             path_prefix: Some("/groq".into()),
             default_context_window: None,
+            native_compaction: None,
         });
         RouteTable::from_settings(&settings).expect("valid base URLs")
     }

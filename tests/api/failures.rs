@@ -135,3 +135,26 @@ async fn upstream_errors_pass_through_unchanged() {
     let body: Value = response.json().await.expect("json");
     assert_eq!(body["error"]["code"], "invalid_api_key");
 }
+
+/// Codex opens `/v1/responses` as a WebSocket first and falls back to
+/// HTTPS at once on a 426 (and only after its retries on anything else).
+#[tokio::test]
+async fn a_websocket_upgrade_is_a_426_in_the_protocol_shape_and_reaches_no_upstream() {
+    let app = spawn_app().await;
+    let response = app
+        .client
+        .get(app.url("/v1/responses"))
+        .bearer_auth(OPENAI_KEY)
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+        .header("openai-beta", "responses_websockets=2026-02-06")
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(response.status(), 426);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["error"]["code"], "websocket_not_served", "{body}");
+    assert!(app.upstream.requests().is_empty(), "nothing was relayed");
+}
