@@ -116,6 +116,13 @@ impl TestApp {
         format!("{}{path}", self.address)
     }
 
+    /// The Prometheus text at `/metrics`.
+    pub async fn metrics(&self) -> String {
+        let response = self.client.get(self.url("/metrics")).send().await;
+        let response = response.expect("metrics answered");
+        response.text().await.expect("metrics text")
+    }
+
     /// `POST /v1beta/models/{model}:generateContent` as Google's SDKs send
     /// it, the key in `x-goog-api-key`.
     pub async fn post_gemini(&self, model: &str, body: &Value) -> reqwest::Response {
