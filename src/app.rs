@@ -44,6 +44,7 @@ pub struct Application {
     flush_deadline: Duration,
     background: tokio_util::task::TaskTracker,
     writer: crate::store::Writer,
+    memory: crate::store::StoreMemory,
 }
 
 impl Application {
@@ -57,9 +58,11 @@ impl Application {
         crate::maintenance::spawn(&state.storage, &state.settings.storage);
         let background = state.background.clone();
         let writer = state.writer.clone();
+        let memory = state.storage.memory().clone();
         let routes = state.routes.clone();
         Ok(Self {
             writer,
+            memory,
             listener,
             router: with_layers(crate::http::router(state), &server, routes),
             server,
@@ -77,6 +80,12 @@ impl Application {
 
     pub fn port(&self) -> u16 {
         self.local_addr().port()
+    }
+
+    /// What this instance remembers of the store: tests wait on it to see
+    /// that the instance noticed a deletion made beside it.
+    pub fn memory(&self) -> crate::store::StoreMemory {
+        self.memory.clone()
     }
 
     /// Serves until `shutdown` resolves, then lets in-flight requests (and

@@ -12,7 +12,7 @@ use crate::error::ProxyError;
 use crate::state::AppState;
 use crate::upstream::routes::Endpoint;
 use axum::extract::{Request, State};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::{Extension, Router};
 use budget::BodyBudget;
 use std::sync::Arc;
@@ -95,10 +95,13 @@ fn wants_websocket(headers: &http::HeaderMap) -> bool {
         .is_some_and(|value| value.eq_ignore_ascii_case("websocket"))
 }
 
-/// Bodies from this size on are worked on beside the runtime's worker
-/// threads: identifying a 30 MiB history is seconds of CPU without a pause,
-/// which would stall every other request on that worker meanwhile. The
-/// body budget bounds how many such requests there are at once.
+/// Bodies from this size on are identified beside the runtime's worker
+/// threads: hashing a 30 MiB history is seconds of CPU without a pause,
+/// which would stall every other request on that worker meanwhile. Only
+/// that step leaves: the upstream and summary calls, which may take
+/// minutes, wait on the async workers and hold no thread of the finite
+/// blocking pool. The body budget bounds how many such bodies there are
+/// at once.
 const LARGE_BODY: usize = 1 << 20;
 
 async fn handle_chat(
@@ -107,13 +110,22 @@ async fn handle_chat(
     parts: http::request::Parts,
     body: bytes::Bytes,
 ) -> Response {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    let runtime = Handle::current();
-    // A current-thread runtime (tests) has no other worker to hand off to.
-    if body.len() < LARGE_BODY || runtime.runtime_flavor() != RuntimeFlavor::MultiThread {
+    if body.len() < LARGE_BODY {
         return crate::pipeline::handle(state, route, parts, body).await;
     }
-    tokio::task::block_in_place(|| {
-        runtime.block_on(crate::pipeline::handle(state, route, parts, body))
-    })
+    // The request's span goes along: what identifying logs keeps its id.
+    let moved = (state.clone(), route, parts, body, tracing::Span::current());
+    let identifying = tokio::task::spawn_blocking(move || {
+        let (state, route, parts, body, span) = moved;
+        let identified = span.in_scope(|| crate::pipeline::identify(&state, &route, &parts, &body));
+        (route, parts, body, identified)
+    });
+    match identifying.await {
+        Ok((route, parts, body, identified)) => {
+            crate::pipeline::handle_identified(state, route, parts, body, identified).await
+        }
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        // Only when the runtime shuts down: nothing is left to answer.
+        Err(_) => http::StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
 }

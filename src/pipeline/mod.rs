@@ -24,20 +24,46 @@ use tracing::Instrument;
 
 pub use keepalive::KEEPALIVE_COMMENT;
 
+/// What step 2 made of a request: the request read and the conversation
+/// it continues, or nothing when Condenser cannot parse it.
+pub type Identified = Option<(
+    crate::protocol::ChatRequest,
+    crate::conversation::Conversation,
+)>;
+
 pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -> Response {
+    let identified = identify(state, &route, &parts, &body);
+    handle_identified(state, route, parts, body, identified).await
+}
+
+/// Step 2 alone: parses the body and hashes its history into its
+/// conversation. CPU only, no I/O and no await, so a caller may run it on
+/// the blocking pool for a large body and the rest of the request on the
+/// async workers.
+pub fn identify(state: &AppState, route: &Route, parts: &Parts, body: &Bytes) -> Identified {
     let adapter = route.adapter();
     let salt = state.settings.storage.tenant_salt.as_bytes();
-    let credentials = query_key(&parts).unwrap_or_else(|| parts.headers.clone());
-    let outlined = adapter.outline_at(body.clone(), parts.uri.path());
-    let identified = outlined.and_then(|outline| {
-        crate::conversation::identify::conversation(
-            adapter,
-            salt,
-            &credentials,
-            outline,
-            Some(&state.chain_memo),
-        )
-    });
+    let query_headers = query_key(parts);
+    let credentials = query_headers.as_ref().unwrap_or(&parts.headers);
+    let outline = adapter.outline_at(body.clone(), parts.uri.path())?;
+    crate::conversation::identify::conversation(
+        adapter,
+        salt,
+        credentials,
+        outline,
+        Some(&state.chain_memo),
+    )
+}
+
+/// Steps 3 to 8 for a request [`identify`] has read.
+pub async fn handle_identified(
+    state: &AppState,
+    route: Route,
+    parts: Parts,
+    body: Bytes,
+    identified: Identified,
+) -> Response {
+    let adapter = route.adapter();
     // Invariant 9: what Condenser cannot parse goes upstream unchanged.
     let Some((chat, conversation)) = identified else {
         let upstream = &state.upstream;

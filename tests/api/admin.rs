@@ -434,6 +434,8 @@ async fn the_session_cookie_expires_and_a_new_admin_token_revokes_it() {
         401,
         "an edited issue time"
     );
+    // Time passing is the behaviour under test (the session's TTL): a
+    // sleep is a lower bound on it, so a busy machine cannot make this fail.
     tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
     assert_eq!(list_status(&app, &session).await, 401, "an expired session");
 

@@ -11,10 +11,10 @@ use crate::helpers::agent::{Agent, Dialect};
 use crate::helpers::app::{TestApp, OPENAI_KEY};
 use crate::helpers::browser::Browser;
 use crate::helpers::db::TestBackend;
+use crate::helpers::wait::{wait_for_some, PATIENCE};
 use fantoccini::{Client, Locator};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
-use std::time::Duration;
 
 async fn count(browser: &Client, css: &str) -> usize {
     browser
@@ -30,18 +30,11 @@ async fn script(browser: &Client, js: &str) -> Value {
 
 /// Waits until the chart script has drawn (it sets `data-marks`).
 async fn wait_for_chart(browser: &Client) -> Value {
-    for _ in 0..100 {
-        let marks = script(
-            browser,
-            "return document.getElementById('chart').dataset.marks || null",
-        )
-        .await;
-        if !marks.is_null() {
-            return marks;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the chart was never drawn");
+    let drawn = "return document.getElementById('chart').dataset.marks || null";
+    wait_for_some(PATIENCE, "the chart drawn", || async {
+        Some(script(browser, drawn).await).filter(|marks| !marks.is_null())
+    })
+    .await
 }
 
 async fn post_script_message(app: &TestApp) {

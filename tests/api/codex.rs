@@ -7,6 +7,7 @@
 
 use crate::helpers::agent::filler;
 use crate::helpers::app::{spawn_app_with, Options, TestApp, OPENAI_KEY};
+use crate::helpers::wait::{wait_until, PATIENCE};
 use fake_upstream::RecordedRequest;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
@@ -197,12 +198,10 @@ async fn codex_cli_is_compacted_by_condenser_with_the_default_summary_budget() {
 /// The request rows are written in the background after each response.
 async fn wait_for_request_rows(app: &TestApp) {
     let answered = app.upstream.chat_requests().len() as i64;
-    for _ in 0..50 {
-        if app.db.count("select count(*) from requests").await * 2 >= answered {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(PATIENCE, "a request row for every turn", || async {
+        app.db.count("select count(*) from requests").await * 2 >= answered
+    })
+    .await;
 }
 
 /// With a window it knows, Codex compacts its own history too: its

@@ -5,6 +5,7 @@
 use crate::helpers::agent::{filler, text, Agent, Dialect};
 use crate::helpers::app::{spawn_app_with, Options, TestApp};
 use crate::helpers::db::{both_backends, TestBackend};
+use crate::helpers::wait::{wait_for_some, PATIENCE};
 use condenser::protocol::SUMMARY_MARKER;
 use fake_upstream::{RequestKind, Scripted};
 use pretty_assertions::assert_eq;
@@ -317,17 +318,11 @@ async fn a_stored_compaction_records_when_it_was_made(backend: TestBackend) {
     let mut agent = Agent::new(Dialect::OpenAi, MODEL, 1_500, 3);
     agent.run_until_summaries(&app, 1, 19).await;
     let after = condenser::store::now_ms();
-    let mut created = 0;
-    for _ in 0..50 {
-        created = app
-            .db
-            .count("select coalesce(max(created_at), 0) from compactions")
-            .await;
-        if created > 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let sql = "select coalesce(max(created_at), 0) from compactions";
+    let created = wait_for_some(PATIENCE, "a stored compaction", || async {
+        Some(app.db.count(sql).await).filter(|created| *created > 0)
+    })
+    .await;
     assert!(
         (before..=after).contains(&created),
         "created_at {created} lies within the run ({before}..={after})"

@@ -8,8 +8,10 @@
 use crate::helpers::admin::{admin_get, conversation_links, spawn_admin_app, wait_for};
 use crate::helpers::agent::{Agent, Dialect};
 use crate::helpers::app::{spawn_app_with, Options, TestApp, OPENAI_KEY};
+use crate::helpers::db::wait_for_blocked_writer;
 use crate::helpers::db::{block_writes, both_backends, TestBackend, TestDb};
 use crate::helpers::process::ProxyProcess;
+use crate::helpers::wait::{wait_until, PATIENCE};
 use crate::lifecycle::condenser_cli;
 use condenser::conversation::{ConversationId, TenantId};
 use fake_upstream::{FakeConfig, FakeUpstream};
@@ -127,6 +129,7 @@ async fn two_chats_with_one_system_prompt_are_two_conversations(backend: TestBac
     assert!(links.iter().any(|l| l.ends_with(&a)) && links.iter().any(|l| l.ends_with(&b)));
 
     let kept_before = reached(&app, &b).await;
+    let remembered = app.stored_head(&b).await;
     let compactions = app.db.count("select count(*) from compactions").await;
     let output = condenser_cli(&app, &["conversations", "delete", &a[..10]], "").await;
     assert!(
@@ -145,9 +148,8 @@ async fn two_chats_with_one_system_prompt_are_two_conversations(backend: TestBac
         app.db.count("select count(*) from compactions").await,
         compactions
     );
-    // Postgres tells the server at commit; SQLite's server looks at the
-    // deletion count once a second.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Any deletion makes the server forget all it knew stored, B's too.
+    app.wait_until_forgotten(remembered).await;
 
     let summaries = app.upstream.summary_requests().len();
     let recorded = app.db.count("select count(*) from requests").await;
@@ -211,16 +213,10 @@ async fn retention_deletes_an_idle_chat_and_keeps_its_active_sibling(backend: Te
     .await
     .expect("backdating");
 
-    let mut left = i64::MAX;
-    for _ in 0..100 {
-        left = app.db.count("select count(*) from conversations").await;
-        if left == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-
-    assert_eq!(left, 1, "the idle chat is gone");
+    wait_until(PATIENCE, "the idle chat gone", || async {
+        app.db.count("select count(*) from conversations").await == 1
+    })
+    .await;
     let remaining: String = sqlx::query_scalar("select conversation from conversations")
         .fetch_one(&pool)
         .await
@@ -392,7 +388,7 @@ async fn a_failed_write_leaves_no_later_write_stored_past_a_gap(backend: TestBac
     let mut b = history(6);
     b.pop();
     assert_eq!(ask(&app, &b).await.status(), 200);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for_blocked_writer(&pool, backend).await;
     lock.rollback().await.expect("unlocked");
     wait_for(&app, "select count(*) from requests", 2).await;
 
@@ -447,8 +443,15 @@ async fn shutdown_writes_the_queue_past_the_grace_period(backend: TestBackend) {
         assert_eq!(response.status(), 200);
     }
     proxy.signal("TERM");
-    // Well past the grace period: the process waits for its queue.
+    // Well past the grace period: the process waits for its queue. Time
+    // passing is the behaviour under test: a sleep is a lower bound on it,
+    // so a busy machine cannot make this fail.
     tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert!(
+        proxy.child.try_wait().expect("try_wait").is_none(),
+        "the process left before its queue was written: {}",
+        proxy.log_text()
+    );
     lock.rollback().await.expect("unlocked");
     let status = proxy.wait_exit(Duration::from_secs(30)).expect("exits");
     assert!(status.success(), "{}", proxy.log_text());

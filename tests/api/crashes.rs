@@ -5,8 +5,10 @@
 //! every message of it, each exactly once.
 
 use crate::helpers::app::OPENAI_KEY;
+use crate::helpers::db::wait_for_blocked_writer;
 use crate::helpers::db::{block_writes, TestBackend, TestDb};
 use crate::helpers::process::ProxyProcess;
+use crate::helpers::wait::{wait_until, PATIENCE};
 use fake_upstream::{FakeConfig, FakeUpstream};
 use serde_json::{json, Value};
 use sqlx::{AnyPool, Row};
@@ -66,7 +68,7 @@ async fn killed_with_a_full_queue_loses_nothing_for_good(backend: TestBackend) {
         ask(&client, &proxy, &first_turn(n)).await;
     }
     // Every request was answered; its messages wait behind the lock.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for_blocked_writer(&pool, backend).await;
     proxy.signal("KILL");
     proxy.wait_exit(Duration::from_secs(10)).expect("killed");
     lock.rollback().await.expect("unlocked");
@@ -81,14 +83,11 @@ async fn killed_with_a_full_queue_loses_nothing_for_good(backend: TestBackend) {
     }
     // One shared root (same key, same system prompt), three messages each.
     let expected = 1 + CONVERSATIONS * (next_turn(0).len() - 1);
-    let mut stored = Vec::new();
-    for _ in 0..100 {
-        stored = bodies(&pool).await;
-        if stored.len() >= expected {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(PATIENCE, "every message stored", || async {
+        bodies(&pool).await.len() >= expected
+    })
+    .await;
+    let stored = bodies(&pool).await;
     assert_eq!(stored.len(), expected, "every message, each once");
     for n in 0..CONVERSATIONS {
         for message in next_turn(n).iter().skip(1) {

@@ -5,6 +5,7 @@
 use crate::helpers::agent::Dialect;
 use crate::helpers::app::{spawn_app_with, Options, TestApp, OPENAI_KEY};
 use crate::helpers::db::{both_backends, TestBackend};
+use crate::helpers::wait::{wait_until, PATIENCE};
 use crate::streaming::overflowing;
 use fake_upstream::FakeConfig;
 use serde_json::{json, Value};
@@ -82,13 +83,9 @@ async fn hang_up_after(app: &TestApp, request: &Value, patience: Duration) {
 }
 
 async fn wait_for(app: &TestApp, sql: &str, expected: i64) {
-    let mut found = -1;
-    for _ in 0..100 {
-        found = app.db.count(sql).await;
-        if found == expected {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{sql}: {found}, expected {expected}");
+    let what = format!("{sql} to be {expected}");
+    wait_until(PATIENCE, &what, || async {
+        app.db.count(sql).await == expected
+    })
+    .await;
 }

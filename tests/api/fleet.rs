@@ -4,6 +4,7 @@
 use crate::helpers::agent::{Agent, Dialect};
 use crate::helpers::app::OPENAI_KEY;
 use crate::helpers::fleet::{metric, start_instance, Fleet};
+use crate::helpers::wait::{wait_until, PATIENCE};
 use fake_upstream::{FakeConfig, FakeUpstream};
 use pretty_assertions::assert_eq;
 use serde_json::json;
@@ -61,16 +62,17 @@ async fn summarizing_fleet(size: usize, upstream: &FakeUpstream, extra: &[(&str,
     Fleet::start(size, &env).await
 }
 
-/// Kills `instance` while it holds a summary call (the upstream's summary
-/// delay must outlast the half second waited after the overflow).
-async fn kill_mid_summary(instance: &crate::helpers::process::ProxyProcess) {
-    while !instance
-        .log_text()
-        .contains("upstream reported context overflow")
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+/// Kills `instance` while it holds a summary call: once `upstream` is
+/// answering one (its summary delay keeps the call open), and no other
+/// instance has a request in flight.
+async fn kill_mid_summary(
+    instance: &crate::helpers::process::ProxyProcess,
+    upstream: &FakeUpstream,
+) {
+    wait_until(PATIENCE, "a summary call at the upstream", || async {
+        upstream.summaries_in_flight() > 0
+    })
+    .await;
     instance.signal("KILL");
 }
 
@@ -160,7 +162,7 @@ async fn a_summarizer_killed_holding_the_lease_is_replaced_after_expiry() {
     let doomed = tokio::spawn(doomed);
     // Instance 0 holds the lease once it reports the overflow; its summary
     // call then sleeps 3 s at the upstream.
-    kill_mid_summary(&fleet.instances[0]).await;
+    kill_mid_summary(&fleet.instances[0], &upstream).await;
     if let Ok(response) = doomed.await.expect("joins") {
         panic!(
             "the killed instance's client got an answer instead of a dropped connection: {} {:?}",
@@ -202,21 +204,35 @@ async fn a_rolling_restart_loses_no_request_and_no_message() {
                 "request {i} failed during the rolling restart"
             );
             sent += 1;
+            // Pacing, the behaviour under test: a steady trickle of
+            // requests spread over the whole restart.
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
         sent
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Each restart happens under load: a few requests answered first.
+    let answered = || upstream.chat_requests().len();
     for index in 0..fleet.instances.len() {
+        let before = answered();
+        let what = "a few requests answered before the next restart";
+        wait_until(PATIENCE, what, || async {
+            answered() >= before + 3 || load.is_finished()
+        })
+        .await;
         fleet.replace(index, "TERM");
-        tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let sent = load.await.expect("load finished");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let stored = fleet
-        .db
-        .count("select count(*) from messages where position = 1")
-        .await;
+    let stored = || async {
+        fleet
+            .db
+            .count("select count(*) from messages where position = 1")
+            .await
+    };
+    wait_until(PATIENCE, "every request's message stored", || async {
+        stored().await >= sent
+    })
+    .await;
+    let stored = stored().await;
     assert_eq!(stored, sent, "every request's message was stored");
 }
 
@@ -314,7 +330,7 @@ async fn a_restart_after_a_kill_mid_summary_does_not_wait_for_the_dead_lease() {
             .json(&body)
             .send(),
     );
-    kill_mid_summary(&killed).await;
+    kill_mid_summary(&killed, &upstream).await;
     let _ = doomed.await;
     drop(killed);
 
@@ -410,7 +426,15 @@ async fn an_instance_applies_another_instances_compaction_it_was_told_of() {
     let first = overflowing_request();
     let answered = post(&client, a.url("/v1/chat/completions"), &first).await;
     assert_eq!(answered.headers()["x-condenser-compactions"], "1");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // B reads a compaction it is told of by its prefix (its debug log
+    // shows the statement); nothing else makes it look one up before its
+    // first request.
+    wait_until(
+        PATIENCE,
+        "B to read the compaction it was told of",
+        || async { b.log_text().contains("prefix_hash = $2") },
+    )
+    .await;
 
     upstream.clear_requests();
     let second = next_turn(&first, "And the second question?");

@@ -7,6 +7,7 @@ use crate::helpers::agent::{filler, text, Agent, Dialect};
 pub use crate::helpers::app::GEMINI_KEY;
 use crate::helpers::app::{spawn_app_with, Options, TestApp};
 use crate::helpers::db::{both_backends, TestBackend};
+use crate::helpers::wait::{wait_until, PATIENCE};
 use condenser::protocol::SUMMARY_MARKER;
 use fake_upstream::{RequestKind, Scripted};
 use pretty_assertions::assert_eq;
@@ -371,12 +372,13 @@ async fn a_key_in_the_query_never_reaches_a_log_line_or_the_store() {
         .summary_requests()
         .iter()
         .all(|r| r.query.as_deref() == Some(&format!("key={key}")[..])));
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    let logs = format!("{}\n{}", proxy.log_text(), down.log_text());
-    assert!(
-        logs.contains("compacted") && logs.contains("unreachable"),
-        "the paths under test logged"
-    );
+    let logs = || format!("{}\n{}", proxy.log_text(), down.log_text());
+    wait_until(PATIENCE, "the paths under test logged", || async {
+        let logs = logs();
+        logs.contains("compacted") && logs.contains("unreachable")
+    })
+    .await;
+    let logs = logs();
     assert!(!logs.contains(key), "the key reached the logs");
     let stored: Vec<u8> = std::fs::read_dir(store.path())
         .expect("store files")

@@ -8,11 +8,11 @@ use crate::helpers::agent::{Agent, Dialect};
 use crate::helpers::app::{TestApp, ANTHROPIC_KEY, OPENAI_KEY};
 use crate::helpers::db::{both_backends, TestBackend};
 use crate::helpers::process::binary;
+use crate::helpers::wait::{wait_until, PATIENCE};
 use condenser::conversation::TenantId;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use std::process::Stdio;
-use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
 /// The request row of the conversation labelled "recent".
@@ -143,16 +143,11 @@ async fn conversations_idle_past_the_retention_are_deleted_and_newer_ones_kept(
     .execute(&pool)
     .await
     .expect("backdating");
-    let mut left = i64::MAX;
-    for _ in 0..100 {
-        left = app.db.count("select count(*) from conversations").await;
-        if left == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(PATIENCE, "the idle conversation gone", || async {
+        app.db.count("select count(*) from conversations").await == 1
+    })
+    .await;
 
-    assert_eq!(left, 1, "the idle conversation is gone");
     assert_eq!(app.db.count("select count(*) from compactions").await, 0);
     assert_eq!(
         app.db
@@ -233,11 +228,16 @@ async fn a_conversation_deleted_beside_the_server_is_stored_whole_when_it_goes_o
     let app = spawn_admin_app(backend, json!({})).await;
     chat(&app, OPENAI_KEY, "doomed").await;
     wait_for(&app, "select count(*) from conversations", 1).await;
+    let pool = app.db.pool().await;
+    let id: String = sqlx::query_scalar("select conversation from conversations where label = $1")
+        .bind("doomed")
+        .fetch_one(&pool)
+        .await
+        .expect("id");
+    let doomed = app.stored_head(&id).await;
     delete_by_command_line(&app, "doomed").await;
     assert_eq!(rows_of(&app, "doomed").await, [0, 0, 0]);
-    // Postgres tells the server at commit; SQLite's server looks at the
-    // deletion count once a second.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    app.wait_until_forgotten(doomed).await;
 
     let next_turn = json!({"model": "gpt-4o-mini", "max_tokens": 64, "messages": [
         {"role": "system", "content": "You help with doomed."},
@@ -292,28 +292,42 @@ async fn the_background_task_prunes_an_old_dead_end_and_keeps_the_live_branch(
     wait_for(&app, "select count(*) from messages", 4).await;
     wait_for(&app, "select branches from conversations", 2).await;
     assert_eq!(app.db.count("select count(*) from messages").await, 4);
+    // The task looks at the branched conversation at its next run, finds
+    // nothing old enough, and marks it looked at (`pruned_at`, now); it
+    // looks again once that mark is as old as the grace period. Time moves
+    // only after that look: a run that read the conversation before the
+    // back-dating would otherwise mark it with its own "now" after it, and
+    // leave it alone for an hour.
+    let looked = "select count(*) from conversations where pruned_at is not null";
+    wait_until(
+        PATIENCE,
+        "the task's first look at the branches",
+        || async { app.db.count(looked).await == 1 },
+    )
+    .await;
 
-    // Two hours pass: every stored time moves back, including when the
-    // task last looked at the conversation (it may already have, and found
-    // nothing old enough).
+    // Two hours pass: every stored time moves back at once (one
+    // transaction), including when the task last looked.
     let pool = app.db.pool().await;
+    let mut backdating = pool.begin().await.expect("transaction");
     for sql in [
         "update messages set created_at = created_at - 7200000",
         "update conversations set pruned_at = pruned_at - 7200000, \
          last_activity = last_activity - 7200000",
     ] {
-        sqlx::query(sql).execute(&pool).await.expect("backdating");
+        sqlx::query(sql)
+            .execute(&mut *backdating)
+            .await
+            .expect("backdating");
     }
-    let mut left = 4;
-    for _ in 0..100 {
-        left = app.db.count("select count(*) from messages").await;
-        if left < 4 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    backdating.commit().await.expect("backdated");
+    wait_until(PATIENCE, "the dead end pruned", || async {
+        app.db.count("select count(*) from messages").await < 4
+    })
+    .await;
 
-    assert_eq!(left, 3, "the dead end is pruned");
+    let left = app.db.count("select count(*) from messages").await;
+    assert_eq!(left, 3, "the dead end is pruned, and only it");
     let live = sqlx::query_scalar::<_, String>("select body from messages where position = 2")
         .fetch_one(&pool)
         .await

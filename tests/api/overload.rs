@@ -2,11 +2,17 @@
 //! budget, readiness probes in a burst. Each is refused or answered cheaply,
 //! at once, and in the protocol's shape; what fits is still served.
 
-use crate::helpers::app::{spawn_app_with, Options, TestApp, ANTHROPIC_KEY, OPENAI_KEY};
+use crate::helpers::app::{
+    spawn_app_with, start_proxy, Options, TestApp, ANTHROPIC_KEY, OPENAI_KEY,
+};
+use crate::helpers::db::{TestBackend, TestDb};
 use crate::helpers::process::ProxyProcess;
 use crate::helpers::raw_client;
+use crate::helpers::wait::{wait_until, PATIENCE};
+use fake_upstream::{FakeConfig, FakeUpstream, RequestKind, Scripted};
 use serde_json::json;
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const MIB: usize = 1024 * 1024;
 
@@ -42,14 +48,25 @@ async fn raw_post(app: &TestApp, path: &str, headers: &str, body: &str) -> raw_c
 }
 
 /// A 1 MiB chat body that is still arriving while the test runs: it holds
-/// its share of the budget.
+/// its share of the budget. It asks to continue (`expect: 100-continue`):
+/// the proxy's `100 Continue` comes once it reads the body, and it takes
+/// the body's lease before it reads.
 async fn body_in_flight(app: &TestApp) -> tokio::net::TcpStream {
     let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {OPENAI_KEY}\r\ncontent-type: application/json\r\ncontent-length: {MIB}"
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {OPENAI_KEY}\r\ncontent-type: application/json\r\nexpect: 100-continue\r\ncontent-length: {MIB}"
     );
-    let held = raw_client::start_request(&app.address, &head, br#"{"model":"#).await;
-    // Let the proxy start reading it.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut held = raw_client::start_request(&app.address, &head, b"").await;
+    let mut answer = Vec::new();
+    let mut byte = [0u8; 1];
+    while !answer.ends_with(b"\r\n\r\n") {
+        let read = tokio::time::timeout(PATIENCE, held.read(&mut byte)).await;
+        let read = read.expect("the proxy reads the body").expect("reads");
+        assert_eq!(read, 1, "the proxy closed instead of reading the body");
+        answer.push(byte[0]);
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 100"), "{answer}");
+    held.write_all(br#"{"model":"#).await.expect("writes");
     held
 }
 
@@ -101,15 +118,21 @@ async fn a_chat_body_past_the_budget_is_a_503_with_retry_after_and_a_small_one_i
     );
 
     drop(held);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let after = raw_post(
-        &app,
-        "/v1/chat/completions",
-        &format!("authorization: Bearer {OPENAI_KEY}"),
-        &chat_body(600 * 1024),
-    )
+    // The proxy notices the dropped connection on its own time; until then
+    // the body is refused as before, and nothing reaches the upstream.
+    let what = "the budget released: the same body served";
+    wait_until(PATIENCE, what, || async {
+        let after = raw_post(
+            &app,
+            "/v1/chat/completions",
+            &format!("authorization: Bearer {OPENAI_KEY}"),
+            &chat_body(600 * 1024),
+        )
+        .await;
+        assert!([200, 503].contains(&after.status()), "{}", after.0);
+        after.status() == 200
+    })
     .await;
-    assert_eq!(after.status(), 200, "the budget is released: {}", after.0);
 }
 
 #[tokio::test]
@@ -157,7 +180,9 @@ async fn a_burst_of_readiness_probes_costs_at_most_a_couple_of_database_round_tr
         round_trips <= 2.0,
         "100 probes cost {round_trips} database round trips"
     );
-    // The answer is fresh again after the interval.
+    // The answer is fresh again after the interval. Time passing is the
+    // behaviour under test: a sleep is a lower bound on it, so a busy
+    // machine cannot make this fail.
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     let status = client
         .get(proxy.url("/readyz"))
@@ -166,4 +191,114 @@ async fn a_burst_of_readiness_probes_costs_at_most_a_couple_of_database_round_tr
         .expect("an answer");
     assert_eq!(status.status(), 200);
     assert!(proxy.metric(pings).await - before > round_trips);
+}
+
+/// Requests of 1 MiB and more are identified on the blocking pool; their
+/// upstream calls wait on the async workers. Four of them, each held for
+/// ten minutes by a silent upstream, on a proxy whose runtime has two
+/// blocking threads, leave it answering small requests all the while.
+#[test]
+fn large_bodies_waiting_on_a_slow_upstream_leave_small_requests_served() {
+    // The proxy on a runtime of its own, as small as the assertion needs;
+    // the client and the fake upstream on another, so the test still
+    // observes (and fails, not hangs) if the proxy's runtime stalls.
+    let proxy_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(2)
+        .enable_all()
+        .build()
+        .expect("the proxy's runtime");
+    let test_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("the test's runtime");
+    // Dropped without waiting for its threads, even when the test fails: a
+    // stalled proxy's threads never finish.
+    let proxy_runtime = Background(Some(proxy_runtime));
+    let handle = proxy_runtime
+        .0
+        .as_ref()
+        .expect("the runtime")
+        .handle()
+        .clone();
+    test_runtime.block_on(large_bodies_beside_small_ones(&handle));
+    test_runtime.shutdown_background();
+}
+
+/// A runtime shut down in the background when dropped.
+struct Background(Option<tokio::runtime::Runtime>);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+async fn large_bodies_beside_small_ones(proxy_runtime: &tokio::runtime::Handle) {
+    const LARGE: usize = 4;
+    let mut fake = FakeConfig {
+        summary_marker: Some(condenser::protocol::SUMMARY_MARKER.to_string()),
+        ..FakeConfig::default()
+    };
+    fake.context_windows
+        .insert("gpt-4o-mini".to_string(), 100_000_000);
+    let upstream = FakeUpstream::start(fake).await;
+    let db = TestDb::new(TestBackend::Sqlite).await;
+    let settings = json!({
+        "listen": "127.0.0.1:0",
+        "openai_base_url": upstream.openai_base_url(),
+        "database_url": db.url,
+        "server": {"max_inflight_body_bytes": 64 * MIB},
+    });
+    let started = proxy_runtime.spawn(async move { start_proxy(&settings).await });
+    let address = started.await.expect("the proxy starts");
+    for _ in 0..LARGE {
+        upstream.push_script(Scripted::Delay {
+            kind: RequestKind::Chat,
+            delay: Duration::from_secs(600),
+        });
+    }
+    let client = reqwest::Client::new();
+    let post = |body: String| {
+        client
+            .post(format!("{address}/v1/chat/completions"))
+            .bearer_auth(OPENAI_KEY)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let large: Vec<_> = (0..LARGE)
+        .map(|n| tokio::spawn(post(chat_body_of(n, MIB + 4096))))
+        .collect();
+    // Each takes its delay as it reaches the upstream.
+    wait_until(PATIENCE, "every large request waiting upstream", || async {
+        upstream.scripts_pending() == 0
+    })
+    .await;
+
+    for n in 0..3 {
+        let small = tokio::time::timeout(PATIENCE, post(chat_body_of(100 + n, 1024)))
+            .await
+            .expect("a small request answered beside the large ones")
+            .expect("an answer");
+        assert_eq!(small.status(), 200, "small request {n}");
+    }
+    for (n, request) in large.iter().enumerate() {
+        assert!(
+            !request.is_finished(),
+            "large request {n} still waits on its upstream"
+        );
+    }
+    for request in large {
+        request.abort();
+    }
+}
+
+/// A Chat Completions body of about `size` bytes, its own conversation.
+fn chat_body_of(n: usize, size: usize) -> String {
+    let text = format!("{n}: {}", "x".repeat(size.saturating_sub(130)));
+    json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}]}).to_string()
 }

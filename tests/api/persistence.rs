@@ -4,10 +4,10 @@
 use crate::helpers::app::{spawn_app_with, Options, TestApp, ANTHROPIC_KEY, OPENAI_KEY};
 use crate::helpers::db::{both_backends, TestBackend};
 use crate::helpers::tcp_relay::TcpRelay;
+use crate::helpers::wait::{wait_until, PATIENCE};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 use sqlx::AnyPool;
-use std::time::Duration;
 
 async fn pool(app: &TestApp) -> AnyPool {
     app.db.pool().await
@@ -22,15 +22,12 @@ async fn count(pool: &AnyPool, sql: &str) -> i64 {
 
 /// Persistence runs beside the upstream call: wait until it has landed.
 async fn wait_for_rows(pool: &AnyPool, expected: i64) -> i64 {
-    let mut rows = 0;
-    for _ in 0..300 {
-        rows = count(pool, "select count(*) from messages").await;
-        if rows >= expected {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    rows
+    let what = format!("{expected} stored messages");
+    wait_until(PATIENCE, &what, || async {
+        count(pool, "select count(*) from messages").await >= expected
+    })
+    .await;
+    count(pool, "select count(*) from messages").await
 }
 
 fn chat(messages: &[Value]) -> Value {
@@ -190,24 +187,20 @@ async fn a_dead_database_degrades_forwarding_and_recovers_without_restart() {
     messages.push(json!({"role": "user", "content": "during the outage"}));
     // Writes happen after the answer, so the proxy notices the outage at
     // the first write; from then on the responses say so.
-    let mut degraded_seen = false;
-    for _ in 0..40 {
+    let what = "a response that says history was not stored";
+    wait_until(PATIENCE, what, || async {
         let response = app.post_chat(&chat(&messages)).await;
         assert_eq!(
             response.status(),
             200,
             "requests keep succeeding without the database"
         );
-        degraded_seen = response
+        response
             .headers()
             .get("x-condenser-degraded")
-            .is_some_and(|v| v == "storage-unavailable");
-        if degraded_seen {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(degraded_seen, "the response says history was not stored");
+            .is_some_and(|v| v == "storage-unavailable")
+    })
+    .await;
     let metrics = app
         .client
         .get(app.url("/metrics"))
@@ -228,23 +221,17 @@ async fn a_dead_database_degrades_forwarding_and_recovers_without_restart() {
     );
 
     relay.restore().await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     messages.push(json!({"role": "assistant", "content": "ok"}));
     messages.push(json!({"role": "user", "content": "after the outage"}));
-    let mut recovered = false;
-    for _ in 0..20 {
+    // Each try is a request of its own: the proxy finds the database back
+    // at a write, as it found it gone.
+    let what = "new messages stored again once the database is back";
+    wait_until(PATIENCE, what, || async {
         let response = app.post_chat(&chat(&messages)).await;
         assert_eq!(response.status(), 200);
-        if count(&pool, "select count(*) from messages").await >= 6 {
-            recovered = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert!(
-        recovered,
-        "new messages are stored again once the database is back"
-    );
+        count(&pool, "select count(*) from messages").await >= 6
+    })
+    .await;
     drop(probe);
 }
 
@@ -314,16 +301,10 @@ async fn one_failing_statement_degrades_no_other_request(backend: TestBackend) {
     let errors_before = storage_errors(&app).await;
     let refused = chat(&[json!({"role": "poison", "content": "never stored"})]);
     app.post_chat(&refused).await;
-    for _ in 0..100 {
-        if storage_errors(&app).await > errors_before {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        storage_errors(&app).await > errors_before,
-        "the refused insert was counted"
-    );
+    wait_until(PATIENCE, "the refused insert counted", || async {
+        storage_errors(&app).await > errors_before
+    })
+    .await;
 
     let fine = chat(&[json!({"role": "user", "content": "an ordinary question"})]);
     let response = app.post_chat(&fine).await;

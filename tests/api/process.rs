@@ -257,7 +257,7 @@ async fn every_log_line_of_a_compacted_request_carries_its_request_id() {
         ..FakeConfig::default()
     })
     .await;
-    let proxy = ProxyProcess::start(&[("CONDENSER_OPENAI_BASE_URL", &fake.openai_base_url())]);
+    let mut proxy = ProxyProcess::start(&[("CONDENSER_OPENAI_BASE_URL", &fake.openai_base_url())]);
     let client = reqwest::Client::new();
     for (id, stream) in [("logs-plain", false), ("logs-stream", true)] {
         // A conversation of its own, so each request compacts.
@@ -275,8 +275,10 @@ async fn every_log_line_of_a_compacted_request_carries_its_request_id() {
         assert_eq!(response.headers()["x-condenser-compactions"], "1", "{id}");
         response.bytes().await.expect("whole body");
     }
-    // Spawned work (persisting, learning from usage) may finish after the answer.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Spawned work (persisting, learning from usage) may finish after the
+    // answer; a graceful stop waits for it, and for its last log line.
+    let status = proxy.stop();
+    assert!(status.success(), "{}", proxy.log_text());
     let logs = proxy.log_text();
     let request_lines: Vec<serde_json::Value> = logs
         .lines()

@@ -7,6 +7,7 @@ use crate::helpers::agent::{filler, Agent, Dialect};
 use crate::helpers::app::{spawn_app_with, Options, TestApp, OPENAI_KEY};
 use crate::helpers::db::{both_backends, TestBackend};
 use crate::helpers::responses::{assistant_item, developer_item};
+use crate::helpers::wait::{wait_for_some, PATIENCE};
 use condenser::protocol::SUMMARY_MARKER;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
@@ -250,14 +251,10 @@ async fn usage_in_response_completed_calibrates_the_estimate() {
     let sent = app.upstream.last_accepted().expect("a request");
     let rate = sent.input_tokens.expect("counted") as f64 / sent.body.len() as f64;
     let sql = "select coalesce(max(tokens_per_mbyte), 0) from model_calibrations";
-    let mut stored = 0;
-    for _ in 0..50 {
-        stored = app.db.count(sql).await;
-        if stored > 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let stored = wait_for_some(PATIENCE, "a stored calibration", || async {
+        Some(app.db.count(sql).await).filter(|stored| *stored > 0)
+    })
+    .await;
     let stored = stored as f64 / 1e6;
     assert!(
         (stored - rate).abs() / rate < 0.15,

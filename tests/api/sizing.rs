@@ -7,6 +7,7 @@
 use crate::helpers::agent::{filler, Agent, Dialect};
 use crate::helpers::app::{spawn_app_with, Options, TestApp};
 use crate::helpers::db::{both_backends, TestBackend};
+use crate::helpers::wait::{wait_for_some, PATIENCE};
 use fake_upstream::RecordedRequest;
 use serde_json::{json, Value};
 use sqlx::Row;
@@ -185,17 +186,12 @@ async fn usage_calibrates_the_estimate_and_is_stored(backend: TestBackend) {
 
 /// The rate the store holds, once the background write has landed.
 async fn stored_rate(app: &TestApp) -> f64 {
-    for _ in 0..50 {
-        let found = app
-            .db
-            .count("select coalesce(max(tokens_per_mbyte), 0) from model_calibrations")
-            .await;
-        if found > 0 {
-            return found as f64 / 1e6;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    panic!("no calibration was stored");
+    let sql = "select coalesce(max(tokens_per_mbyte), 0) from model_calibrations";
+    let found = wait_for_some(PATIENCE, "a stored calibration", || async {
+        Some(app.db.count(sql).await).filter(|found| *found > 0)
+    })
+    .await;
+    found as f64 / 1e6
 }
 
 /// 100 exchanges of about 2 KB: far more than one summary call carries in

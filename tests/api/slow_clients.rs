@@ -5,6 +5,7 @@
 use crate::helpers::app::{spawn_app_with, Options, OPENAI_KEY};
 use crate::helpers::process::ProxyProcess;
 use crate::helpers::raw_client;
+use crate::helpers::wait::{wait_until, PATIENCE};
 use fake_upstream::{FakeConfig, FakeUpstream};
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -47,10 +48,10 @@ async fn a_thousand_half_open_connections_do_not_keep_a_valid_request_out() {
         1_000,
     );
     let _held = dawdlers(&proxy, 1_000, b"GET /v1/models HTTP/1.1\r\nho").await;
-    let started = Instant::now();
-    while proxy.open_fds() < 1_000 && started.elapsed() < Duration::from_secs(5) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(PATIENCE, "the proxy at its 1,000 descriptors", || async {
+        proxy.open_fds() >= 1_000
+    })
+    .await;
     let answered = list_models(&proxy, Duration::from_secs(1)).await;
     assert_eq!(
         answered.ok(),
@@ -113,10 +114,10 @@ async fn at_the_connection_cap_silent_connections_make_room_for_a_valid_request(
         1_024,
     );
     let _held = dawdlers(&proxy, 1_034, b"").await;
-    let started = Instant::now();
-    while proxy.open_fds() < 480 && started.elapsed() < Duration::from_secs(5) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(PATIENCE, "the proxy holding 480 connections", || async {
+        proxy.open_fds() >= 480
+    })
+    .await;
     let answered = list_models(&proxy, Duration::from_secs(2)).await;
     assert_eq!(
         answered.ok(),

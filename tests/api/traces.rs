@@ -8,6 +8,7 @@ use crate::helpers::agent::filler;
 use crate::helpers::app::{ANTHROPIC_KEY, OPENAI_KEY};
 use crate::helpers::otlp::{self, OtlpReceiver, Span, CLIENT, ERROR, INTERNAL, SERVER};
 use crate::helpers::process::ProxyProcess;
+use crate::helpers::wait::{wait_for_some, PATIENCE};
 use fake_upstream::{FakeConfig, FakeUpstream};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -635,18 +636,15 @@ async fn serve_requests(proxy: &ProxyProcess, label: &str) -> Served {
 
 /// Dropped spans, whatever the reason, once the exporter tried.
 async fn dropped_spans(proxy: &ProxyProcess) -> f64 {
-    let started = Instant::now();
-    loop {
+    wait_for_some(PATIENCE, "a dropped span counted", || async {
         let mut dropped = 0.0;
         for reason in ["queue_full", "export_failed"] {
             let series = format!("condenser_trace_spans_dropped_total{{reason=\"{reason}\"}}");
             dropped += proxy.metric(&series).await;
         }
-        if dropped > 0.0 || started.elapsed() > Duration::from_secs(10) {
-            return dropped;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        Some(dropped).filter(|dropped| *dropped > 0.0)
+    })
+    .await
 }
 
 /// `http/json` is the other protocol the standard variable names; `grpc`
@@ -726,7 +724,7 @@ async fn the_sampler_variable_is_honoured() {
     let fake = small_window_upstream().await;
     let receiver = OtlpReceiver::start().await;
     let off = [("OTEL_TRACES_SAMPLER", "always_off")];
-    let proxy = traced(&fake, &receiver.endpoint(), &off);
+    let mut proxy = traced(&fake, &receiver.endpoint(), &off);
     let trace = trace_id(0x60);
     let response = send(&proxy, Api::Chat, &Api::Chat.conversation(&trace), None).await;
     assert_eq!(response.status(), 200);
@@ -735,6 +733,9 @@ async fn the_sampler_variable_is_honoured() {
     let sent = fake.last_accepted().expect("the upstream answered");
     let traceparent = sent.header("traceparent").expect("a traceparent upstream");
     assert!(traceparent.ends_with("-00"), "not sampled: {traceparent}");
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // A graceful exit flushes the exporter: whatever would have been
+    // exported has been once the process is gone.
+    let exited = proxy.stop();
+    assert!(exited.success(), "{}", proxy.log_text());
     assert!(receiver.spans().is_empty(), "{:#?}", receiver.spans());
 }

@@ -4,8 +4,8 @@
 use super::agent::Agent;
 use super::app::{spawn_app_with, Options, TestApp};
 use super::db::TestBackend;
+use super::wait::{wait_until, PATIENCE};
 use serde_json::json;
-use std::time::Duration;
 
 pub const ADMIN_TOKEN: &str = "admin-token-for-tests-0123456789";
 
@@ -38,13 +38,11 @@ pub async fn wait_for_requests(app: &TestApp, count: i64) {
 
 /// Waits until `sql` counts at least `count` (background writes).
 pub async fn wait_for(app: &TestApp, sql: &str, count: i64) {
-    for _ in 0..500 {
-        if app.db.count(sql).await >= count {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("{sql} stayed below {count}");
+    let what = format!("{sql} to reach {count}");
+    wait_until(PATIENCE, &what, || async {
+        app.db.count(sql).await >= count
+    })
+    .await;
 }
 
 /// The conversation pages a list links to, in order. Hrefs are unescaped

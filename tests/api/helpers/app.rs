@@ -1,9 +1,12 @@
 //! The real proxy on a random port, in front of the strict fake upstream.
 
 use super::db::{TestBackend, TestDb};
+use super::wait::{wait_until, PATIENCE};
 use condenser::app::Application;
 use condenser::config::Settings;
+use condenser::conversation::{ChainHash, ConversationId};
 use condenser::protocol::SUMMARY_MARKER;
+use condenser::store::StoreMemory;
 use fake_upstream::{FakeConfig, FakeUpstream};
 use serde_json::{json, Value};
 
@@ -16,6 +19,8 @@ pub struct TestApp {
     pub upstream: FakeUpstream,
     pub client: reqwest::Client,
     pub db: TestDb,
+    /// What the running proxy remembers of the store.
+    pub memory: StoreMemory,
     settings: Value,
 }
 
@@ -76,17 +81,23 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
         "database_url": db.url,
     });
     merge(&mut settings, options.settings);
-    let address = start_proxy(&settings).await;
+    let (address, memory) = start_proxy_remembering(&settings).await;
     TestApp {
         address,
         upstream,
         client: reqwest::Client::new(),
         db,
+        memory,
         settings,
     }
 }
 
 pub async fn start_proxy(settings: &Value) -> String {
+    start_proxy_remembering(settings).await.0
+}
+
+/// [`start_proxy`], and a handle on what the proxy remembers of the store.
+pub async fn start_proxy_remembering(settings: &Value) -> (String, StoreMemory) {
     let settings: Settings =
         serde_json::from_value(settings.clone()).expect("test settings deserialize");
     settings.validate().expect("test settings are valid");
@@ -94,22 +105,53 @@ pub async fn start_proxy(settings: &Value) -> String {
         .await
         .expect("application builds");
     let address = format!("http://{}", app.local_addr());
+    let memory = app.memory();
     tokio::spawn(app.run_until(std::future::pending()));
-    address
+    (address, memory)
 }
 
 impl TestApp {
     /// A new proxy on the same database and upstream, as after a restart:
     /// nothing survives but what was stored.
     pub async fn restart(&mut self) {
-        self.address = start_proxy(&self.settings).await;
+        (self.address, self.memory) = start_proxy_remembering(&self.settings).await;
     }
 
     /// A new proxy with `patch` merged into the settings, on the same
     /// database and upstream.
     pub async fn reconfigure(&mut self, patch: Value) {
         merge(&mut self.settings, patch);
-        self.address = start_proxy(&self.settings).await;
+        (self.address, self.memory) = start_proxy_remembering(&self.settings).await;
+    }
+
+    /// The head of `conversation` (its id in hex), once the proxy
+    /// remembers it wrote it.
+    pub async fn stored_head(&self, conversation: &str) -> (ConversationId, ChainHash) {
+        let pool = self.db.pool().await;
+        let head: String =
+            sqlx::query_scalar("select head from conversations where conversation = $1")
+                .bind(conversation)
+                .fetch_one(&pool)
+                .await
+                .expect("the conversation's row");
+        let conversation = ConversationId::from_hex(conversation).expect("a conversation id");
+        let head = ChainHash::from_hex(&head).expect("a chain hash");
+        wait_until(PATIENCE, "the proxy to remember its write", || async {
+            self.memory.is_stored(&conversation, &head)
+        })
+        .await;
+        (conversation, head)
+    }
+
+    /// Waits until the proxy no longer counts `head` of `conversation` as
+    /// stored: it noticed a deletion made beside it (Postgres tells it at
+    /// commit; a SQLite server looks at the deletion count every second).
+    pub async fn wait_until_forgotten(&self, (conversation, head): (ConversationId, ChainHash)) {
+        let what = "the proxy to notice the deletion";
+        wait_until(PATIENCE, what, || async {
+            !self.memory.is_stored(&conversation, &head)
+        })
+        .await;
     }
 
     pub fn url(&self, path: &str) -> String {

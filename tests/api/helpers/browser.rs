@@ -1,12 +1,12 @@
 //! A real headless Chromium, driven over WebDriver by chromedriver (both
 //! from Debian's packages; `scripts/test` installs them).
 
+use super::wait::{wait_until_blocking, PATIENCE};
 use fantoccini::{Client, ClientBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::json;
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 pub struct Browser {
     pub client: Client,
@@ -34,14 +34,9 @@ impl Browser {
             .stderr(Stdio::null())
             .spawn()
             .expect("chromedriver starts (scripts/test installs chromium-driver; or set CONDENSER_TEST_CHROMEDRIVER)");
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "chromedriver did not listen"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until_blocking(PATIENCE, "chromedriver listening", || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
         let mut capabilities = serde_json::Map::new();
         capabilities.insert(
             "goog:chromeOptions".into(),

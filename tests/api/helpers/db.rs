@@ -211,6 +211,32 @@ pub async fn block_writes(
     tx
 }
 
+/// Waits until the proxy's writer waits on the lock [`block_writes`]
+/// holds, so what it writes next is stuck mid-write, not merely queued.
+/// Postgres shows the waiting lock; SQLite's writer waits in its busy
+/// handler, which shows nowhere, so there this returns at once: tests that
+/// use it must hold whether the writes are still queued or already waiting.
+pub async fn wait_for_blocked_writer(pool: &AnyPool, backend: TestBackend) {
+    if backend == TestBackend::Sqlite {
+        return;
+    }
+    let waiting = "select count(*) from pg_locks l join pg_class c on l.relation = c.oid \
+         where c.relname = 'messages' and not l.granted \
+         and l.database = (select oid from pg_database where datname = current_database())";
+    super::wait::wait_until(
+        super::wait::PATIENCE,
+        "the writer waiting on the lock",
+        || async {
+            sqlx::query_scalar::<_, i64>(waiting)
+                .fetch_one(pool)
+                .await
+                .expect("pg_locks")
+                > 0
+        },
+    )
+    .await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::with_database;

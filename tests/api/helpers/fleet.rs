@@ -3,6 +3,7 @@
 
 use super::db::{TestBackend, TestDb};
 use super::process::ProxyProcess;
+use super::wait::{wait_until_blocking, PATIENCE};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -150,14 +151,9 @@ fn start_nginx(ports: &[u16]) -> (Child, String, tempfile::TempDir) {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("nginx starts (scripts/test installs it; or set CONDENSER_TEST_NGINX)");
-    let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", listen)).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "nginx did not start listening"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_blocking(PATIENCE, "nginx listening", || {
+        std::net::TcpStream::connect(("127.0.0.1", listen)).is_ok()
+    });
     (child, format!("http://127.0.0.1:{listen}"), dir)
 }
 

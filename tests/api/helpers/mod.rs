@@ -16,3 +16,4 @@ pub mod raw_upstream;
 pub mod recorder;
 pub mod responses;
 pub mod tcp_relay;
+pub mod wait;

@@ -1,8 +1,10 @@
 //! The real `condenser` binary as a child process, for what only a process
 //! shows: environment variables, signals, log output.
 
+use super::wait::{wait_until_blocking, PATIENCE};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -10,6 +12,8 @@ pub struct ProxyProcess {
     pub child: Child,
     pub address: String,
     pub logs: Arc<Mutex<Vec<String>>>,
+    /// Set once the process's stderr is closed: every line is in `logs`.
+    logs_ended: Arc<AtomicBool>,
     _workdir: tempfile::TempDir,
 }
 
@@ -54,6 +58,8 @@ impl ProxyProcess {
         let (address_tx, address_rx) = std::sync::mpsc::channel();
         let stderr = child.stderr.take().expect("piped stderr");
         let sink = logs.clone();
+        let logs_ended = Arc::new(AtomicBool::new(false));
+        let ended = logs_ended.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(address) = listening_address(&line) {
@@ -61,6 +67,7 @@ impl ProxyProcess {
                 }
                 sink.lock().expect("log lock").push(line);
             }
+            ended.store(true, Ordering::Release);
         });
         let address = address_rx
             .recv_timeout(Duration::from_secs(30))
@@ -74,6 +81,7 @@ impl ProxyProcess {
             child,
             address: format!("http://{address}"),
             logs,
+            logs_ended,
             _workdir: workdir,
         }
     }
@@ -107,6 +115,18 @@ impl ProxyProcess {
         std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
             .expect("the process is alive")
             .count()
+    }
+
+    /// Stops the process as a service manager would (SIGTERM) and waits
+    /// until it has exited and its last log line is read: whatever it had
+    /// left to do is done, and logged.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        self.signal("TERM");
+        let status = self.wait_exit(PATIENCE).expect("exits on SIGTERM");
+        wait_until_blocking(PATIENCE, "the end of the process's logs", || {
+            self.logs_ended.load(Ordering::Acquire)
+        });
+        status
     }
 
     pub fn log_text(&self) -> String {

@@ -59,6 +59,7 @@ pub async fn send_trickling(address: &str, head: &str, every: Duration) -> (RawR
     let trickle = tokio::spawn(async move {
         // Write errors end the trickle: the proxy answered and closed.
         while writer.write_all(b" ").await.is_ok() {
+            // Pacing, the behaviour under test: a client trickling bytes.
             tokio::time::sleep(every).await;
         }
     });

@@ -98,6 +98,17 @@ impl FakeUpstream {
         self.state.peak_concurrent_summaries()
     }
 
+    /// Summary calls being answered now (waiting out the summary delay).
+    pub fn summaries_in_flight(&self) -> usize {
+        self.state.summaries_in_flight()
+    }
+
+    /// Scripts no request has taken yet: a request takes its script as it
+    /// arrives, so a `Delay` taken is a request waiting here now.
+    pub fn scripts_pending(&self) -> usize {
+        self.state.scripts_pending()
+    }
+
     pub fn clear_requests(&self) {
         self.state.clear();
     }

@@ -159,4 +159,12 @@ impl State {
     pub fn peak_concurrent_summaries(&self) -> usize {
         self.summaries_in_flight.lock().expect("count lock").1
     }
+
+    pub fn summaries_in_flight(&self) -> usize {
+        self.summaries_in_flight.lock().expect("count lock").0
+    }
+
+    pub fn scripts_pending(&self) -> usize {
+        self.scripts.lock().expect("script lock").len()
+    }
 }
