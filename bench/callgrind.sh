@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Instructions per request, from callgrind: repeatable on a shared, busy
+# machine where wall-clock timings are not (see "Instruction counts" in
+# bench/README.md).
+#
+#   bench/callgrind.sh [BINARY] [WORKLOAD] [REQUESTS]
+#
+# Starts an nginx upstream answering a fixed chat completion (as
+# bench/hotpath.sh does) and BINARY (default target/release/condenser)
+# under `valgrind --tool=callgrind` on a fresh SQLite file (or Postgres
+# with BACKEND=postgres), sends WARMUP requests of WORKLOAD (identical: the
+# 1.5 KB body; history: the ~800 KB 200-message history), zeroes the
+# counters, sends REQUESTS more (16 keep-alive connections, as the
+# acceptance load), waits for the writer to finish, and dumps. Prints
+# instructions per request (Ir over REQUESTS, the writer's commits
+# included) and the top functions, inclusive and exclusive, to
+# OUT (default bench/results/callgrind-<workload>-<build>.txt).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BIN="$(realpath "${1:-target/release/condenser}")"
+WORKLOAD="${2:-identical}"
+REQUESTS="${3:-400}"
+WARMUP="${WARMUP:-40}"
+BACKEND="${BACKEND:-sqlite}"
+RATE="${RATE:-100}"   # offered req/s; under valgrind the proxy is ~50x slower
+PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
+build_name="$(basename "$(dirname "$(dirname "$(dirname "$BIN")")")")"
+OUT="${OUT:-bench/results/callgrind-$WORKLOAD-$BACKEND-$build_name.txt}"
+mkdir -p "$(dirname "$OUT")"
+[ -x /usr/sbin/nginx ] || apt-get install -y -qq nginx >/dev/null
+[ -x target/release/loadgen ] || cargo build --release --quiet -p loadgen
+
+. bench/lib.sh
+python3 bench/make_bodies.py "$work" >/dev/null
+case "$WORKLOAD" in
+  identical) body="$work/identical.json" ;;
+  history) body="$work/history.json" ;;
+  *) echo "callgrind: WORKLOAD is identical or history" >&2; exit 2 ;;
+esac
+
+upstream="$(free_port)"
+mkdir -p "$work/nginx/tmp"
+cat >"$work/nginx/nginx.conf" <<EOF
+worker_processes 1;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $work/nginx/tmp/client;
+  keepalive_requests 10000000;
+  client_max_body_size 8m;
+  client_body_buffer_size 1m;
+  server {
+    listen 127.0.0.1:$upstream;
+    location / {
+      default_type application/json;
+      return 200 '{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"bench-model","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":400,"completion_tokens":40,"total_tokens":440}}';
+    }
+  }
+}
+EOF
+/usr/sbin/nginx -p "$work/nginx" -e "$work/nginx/error.log" -c "$work/nginx/nginx.conf" -g 'daemon off;' &
+pids+=($!)
+wait_port "$upstream"
+
+case "$BACKEND" in
+  sqlite) database_url="sqlite://$work/condenser.db" ;;
+  postgres)
+    database="condenser_callgrind_$$"
+    psql -q "$PGURL/postgres" -c "create database $database" >/dev/null
+    databases+=("$database")
+    database_url="$PGURL/$database" ;;
+esac
+port="$(free_port)"
+mkdir "$work/cwd"
+(cd "$work/cwd" && CONDENSER_LISTEN="127.0.0.1:$port" DATABASE_URL="$database_url" \
+  CONDENSER_OPENAI_BASE_URL="http://127.0.0.1:$upstream/v1" \
+  exec valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out.%p" \
+    "$BIN" serve) >"$work/condenser.log" 2>&1 &
+condenser=$!
+pids+=($condenser)
+for _ in $(seq 1 600); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.2; done
+
+send() { # requests
+  local seconds; seconds="$(python3 -c "print($1 / $RATE)")"
+  target/release/loadgen --url "http://127.0.0.1:$port/v1/chat/completions" --rate "$RATE" \
+    --duration "$seconds" --connections 16 --drain 120 --workload fixed --body "$body"
+}
+send "$WARMUP" >/dev/null
+sleep 3
+callgrind_control -z "$condenser" >/dev/null
+send "$REQUESTS" >"$work/load.json"
+sleep 5 # the writer's group commits of these requests
+callgrind_control -d "$condenser" >/dev/null
+ok="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["ok"])' "$work/load.json")"
+dump="$(ls -t "$work"/callgrind.out.*.[0-9]* 2>/dev/null | head -1)"
+[ -n "$dump" ] || dump="$(ls -t "$work"/callgrind.out.* | head -1)"
+total="$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1; exit}')"
+{
+  echo "callgrind: $BIN, $WORKLOAD, $BACKEND, $ok of $REQUESTS answered 2xx"
+  echo "instructions per request: $((total / ok))"
+  echo
+  echo "== inclusive =="
+  callgrind_annotate --inclusive=yes --threshold=99 "$dump" 2>/dev/null | sed -n '/^Ir/,$p' | head -80
+  echo
+  echo "== exclusive =="
+  callgrind_annotate --threshold=99 "$dump" 2>/dev/null | sed -n '/^Ir/,$p' | head -60
+} >"$OUT"
+head -2 "$OUT"
+cp "$dump" "$OUT.out"
+echo "callgrind: wrote $OUT (and the raw profile $OUT.out)" >&2
