@@ -10,8 +10,8 @@
 # under `valgrind --tool=callgrind` on a fresh SQLite file (or Postgres
 # with BACKEND=postgres), sends WARMUP requests of WORKLOAD (identical: the
 # 1.5 KB body; history: the ~800 KB 200-message history), zeroes the
-# counters, sends REQUESTS more (16 keep-alive connections, as the
-# acceptance load), waits for the writer to finish, and dumps. Prints
+# counters, sends REQUESTS more (16 keep-alive connections, each sending
+# its next request once answered), waits for the writer to finish, and dumps. Prints
 # instructions per request (Ir over REQUESTS, the writer's commits
 # included) and the top functions, inclusive and exclusive, to
 # OUT (default bench/results/callgrind-<workload>-<build>.txt).
@@ -23,13 +23,11 @@ WORKLOAD="${2:-identical}"
 REQUESTS="${3:-400}"
 WARMUP="${WARMUP:-40}"
 BACKEND="${BACKEND:-sqlite}"
-RATE="${RATE:-100}"   # offered req/s; under valgrind the proxy is ~50x slower
 PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
 build_name="$(basename "$(dirname "$(dirname "$(dirname "$BIN")")")")"
 OUT="${OUT:-bench/results/callgrind-$WORKLOAD-$BACKEND-$build_name.txt}"
 mkdir -p "$(dirname "$OUT")"
 [ -x /usr/sbin/nginx ] || apt-get install -y -qq nginx >/dev/null
-[ -x target/release/loadgen ] || cargo build --release --quiet -p loadgen
 
 . bench/lib.sh
 python3 bench/make_bodies.py "$work" >/dev/null
@@ -83,10 +81,30 @@ condenser=$!
 pids+=($condenser)
 for _ in $(seq 1 600); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.2; done
 
-send() { # requests
-  local seconds; seconds="$(python3 -c "print($1 / $RATE)")"
-  target/release/loadgen --url "http://127.0.0.1:$port/v1/chat/completions" --rate "$RATE" \
-    --duration "$seconds" --connections 16 --drain 120 --workload fixed --body "$body"
+send() { # requests: over 16 keep-alive connections, as fast as answered
+  python3 - "$port" "$body" "$1" <<'PY'
+import http.client, json, sys, threading
+port, body, total = int(sys.argv[1]), open(sys.argv[2], "rb").read(), int(sys.argv[3])
+lock, counts = threading.Lock(), {"next": 0, "ok": 0}
+def worker():
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    while True:
+        with lock:
+            if counts["next"] >= total:
+                return
+            counts["next"] += 1
+        conn.request("POST", "/v1/chat/completions", body=body, headers={
+            "content-type": "application/json", "authorization": "Bearer sk-bench"})
+        response = conn.getresponse()
+        response.read()
+        if 200 <= response.status < 300:
+            with lock:
+                counts["ok"] += 1
+threads = [threading.Thread(target=worker) for _ in range(16)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(json.dumps({"ok": counts["ok"]}))
+PY
 }
 send "$WARMUP" >/dev/null
 sleep 3
@@ -95,19 +113,21 @@ send "$REQUESTS" >"$work/load.json"
 sleep 5 # the writer's group commits of these requests
 callgrind_control -d "$condenser" >/dev/null
 ok="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["ok"])' "$work/load.json")"
-dump="$(ls -t "$work"/callgrind.out.*.[0-9]* 2>/dev/null | head -1)"
+dump="$(ls -t "$work"/callgrind.out.*.[0-9]* 2>/dev/null | head -1 || true)"
 [ -n "$dump" ] || dump="$(ls -t "$work"/callgrind.out.* | head -1)"
-total="$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1; exit}')"
+cp "$dump" "$OUT.out"
+callgrind_annotate --inclusive=yes --threshold=99 "$dump" >"$work/inclusive.txt" 2>/dev/null
+callgrind_annotate --threshold=99 "$dump" >"$work/exclusive.txt" 2>/dev/null
+total="$(awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1; exit}' "$work/exclusive.txt")"
 {
   echo "callgrind: $BIN, $WORKLOAD, $BACKEND, $ok of $REQUESTS answered 2xx"
   echo "instructions per request: $((total / ok))"
   echo
-  echo "== inclusive =="
-  callgrind_annotate --inclusive=yes --threshold=99 "$dump" 2>/dev/null | sed -n '/^Ir/,$p' | head -80
+  echo "== exclusive (self) =="
+  sed -n '/^Ir/,$p' "$work/exclusive.txt" | sed -n 1,70p
   echo
-  echo "== exclusive =="
-  callgrind_annotate --threshold=99 "$dump" 2>/dev/null | sed -n '/^Ir/,$p' | head -60
+  echo "== inclusive =="
+  sed -n '/^Ir/,$p' "$work/inclusive.txt" | sed -n 1,120p
 } >"$OUT"
-head -2 "$OUT"
-cp "$dump" "$OUT.out"
+sed -n 1,2p "$OUT"
 echo "callgrind: wrote $OUT (and the raw profile $OUT.out)" >&2
