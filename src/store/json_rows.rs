@@ -11,7 +11,7 @@
 //! and no row count runs into a backend's parameter limit.
 //!
 //! Postgres opens the array with `json_to_recordset`, SQLite with
-//! `jsonb_each`; [`rows_source`] writes either as a row source named `r`
+//! `json_each`; [`rows_source`] writes either as a row source named `r`
 //! whose columns the rest of the statement names alike on both backends.
 
 use super::Backend;
@@ -38,18 +38,12 @@ pub(super) fn rows_source(backend: Backend, parameter: usize, columns: &[Column]
             )
         }
         Backend::Sqlite => {
-            // `jsonb_each`, not `json_each`: with the latter each row's
-            // `value` is the object as JSON text, which every `->>` parses
-            // again (once per column per row); as JSONB (SQLite 3.45+) the
-            // array is parsed once and each `->>` reads the binary form.
-            // Half of the writer's CPU for a small request's records was
-            // SQLite translating and re-parsing these objects.
             let fields: Vec<String> = columns
                 .iter()
                 .map(|(name, _)| format!("value ->> '{name}' as {name}"))
                 .collect();
             format!(
-                "(select {} from jsonb_each(${parameter})) as r",
+                "(select {} from json_each(${parameter})) as r",
                 fields.join(", ")
             )
         }
@@ -143,7 +137,7 @@ mod tests {
         assert_eq!(
             rows_source(Backend::Sqlite, 2, &COLUMNS),
             "(select value ->> 'hash' as hash, value ->> 'position' as position \
-             from jsonb_each($2)) as r"
+             from json_each($2)) as r"
         );
         assert_eq!(source_columns(&COLUMNS), "r.hash, r.position");
     }
