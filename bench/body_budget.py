@@ -5,27 +5,34 @@ waited meanwhile.
 
 Starts the fake upstream (windows large enough that nothing overflows) and
 one Condenser on a fresh SQLite file, with its default budget
-(server.max_inflight_body_bytes: a quarter of the memory over 40, never
+(server.max_inflight_body_bytes: a quarter of the memory over 20, never
 below max_body_bytes) unless --budget is given. Then sends REQUESTS distinct
-chat bodies of SIZE MiB at once (short messages, the costliest kind per
-byte), and a small chat request every 100 ms until they are all answered.
+chat bodies of SIZE MiB at once (--shape: short messages, the costliest
+kind per byte; one huge tool result; a base64 image), and a small chat
+request every 100 ms until they are all answered.
 A large request is answered when it is forwarded (2xx) or refused with a
 503 carrying Retry-After; anything else, or no answer, is a failure.
 
 Prints the budget, the answers, the small requests' latencies and the peak
 resident size (VmHWM). Exits 1 when a request got no acceptable answer or
-the peak exceeds the documented ceiling: the idle size plus 40 bytes per
+the peak exceeds the documented ceiling: the idle size plus 20 bytes per
 byte of the budget, plus the write queue (64 MiB) and a margin of 10 %
-(README.md, "Memory").
+(README.md, "Memory"). Also prints whether the peak stayed under the
+documented share of memory (a quarter) and, with --measure (a budget
+that admits every body), the resident bytes per body byte in flight: the
+figure src/config/server.rs BODY_EXPANSION is derived from.
 
 Usage: bench/body_budget.py [--condenser target/release/condenser]
                             [--upstream target/release/fake-upstream]
                             [--requests 40] [--size 30] [--budget BYTES]
+                            [--shape messages|tool|image] [--measure]
 Build first: cargo build --release -p condenser -p fake-upstream
 """
 
 import argparse
+import base64
 import http.client
+import json
 import os
 import shutil
 import statistics
@@ -39,7 +46,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from memory import free_port, mib, status_kib, wait_http  # noqa: E402
 
 MODEL = "bench-model"
-EXPANSION = 40
+EXPANSION = 20  # src/config/server.rs BODY_EXPANSION
+SHARE = 4
 WRITE_QUEUE = 64 * 2**20
 MARGIN = 1.10
 
@@ -58,9 +66,57 @@ def large_body(index, size):
             f'[{{"role":"system","content":"You are terse."}},{messages}]}}').encode()
 
 
+def tool_body(index, size):
+    """One huge tool result (a file read back whole) in a short agent turn."""
+    line = f"    let value_{index} = compute(input, {index}); // a line of the file read back\n"
+    text = (line * (size // len(line) + 1))[: max(size - 600, 0)]
+    messages = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": f"Read src/big_{index}.rs and summarize it."},
+        {"role": "assistant", "content": None, "tool_calls": [{
+            "id": f"call_{index}", "type": "function",
+            "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/big_{index}.rs"})}}]},
+        {"role": "tool", "tool_call_id": f"call_{index}", "content": text},
+    ]
+    return json.dumps({"model": MODEL, "max_tokens": 16, "messages": messages}).encode()
+
+
+def image_body(index, size):
+    """One user message carrying a base64 image (a data URL) and a question."""
+    raw = (bytes(range(256)) * (size // 256 + 1))[: max(size - 400, 0) * 3 // 4]
+    data = base64.b64encode(bytes([index % 256]) + raw).decode()
+    messages = [
+        {"role": "system", "content": "You describe images."},
+        {"role": "user", "content": [
+            {"type": "text", "text": f"What is in image {index}?"},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}}]},
+    ]
+    return json.dumps({"model": MODEL, "max_tokens": 16, "messages": messages}).encode()
+
+
+SHAPES = {"messages": large_body, "tool": tool_body, "image": image_body}
+
+
 def small_body(index):
     return (f'{{"model":"{MODEL}","max_tokens":16,"messages":'
             f'[{{"role":"user","content":"small request {index}"}}]}}').encode()
+
+
+def memory_available():
+    """As Condenser reads it: the cgroup's limit, else MemTotal."""
+    limit = None
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                value = int(f.read().strip())
+            if value < 1 << 60:
+                limit = value
+                break
+        except (OSError, ValueError):
+            pass
+    with open("/proc/meminfo") as f:
+        total = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal:"))
+    return min(limit, total) if limit else total
 
 
 def post(port, payload, timeout=600):
@@ -128,8 +184,9 @@ def start(args, work):
 
 
 def flood(args, port):
-    print(f"building {args.requests} bodies of {args.size} MiB ...", flush=True)
-    payloads = [large_body(i, args.size * 2**20) for i in range(args.requests)]
+    print(f"building {args.requests} bodies of {args.size} MiB, shape {args.shape} ...", flush=True)
+    make = SHAPES[args.shape]
+    payloads = [make(i, int(args.size * 2**20)) for i in range(args.requests)]
     answers = [None] * len(payloads)
     stop, small = threading.Event(), []
     prober = threading.Thread(target=small_requests, args=(port, stop, small))
@@ -180,9 +237,17 @@ def main():
     parser.add_argument("--condenser", default="target/release/condenser")
     parser.add_argument("--upstream", default="target/release/fake-upstream")
     parser.add_argument("--requests", type=int, default=40)
-    parser.add_argument("--size", type=int, default=30, help="MiB per large body")
+    parser.add_argument("--size", type=float, default=30, help="MiB per large body")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="messages",
+                        help="messages: short messages (the costliest per byte); tool: one huge "
+                             "tool result; image: one base64 image")
     parser.add_argument("--budget", type=int, help="server.max_inflight_body_bytes")
+    parser.add_argument("--measure", action="store_true",
+                        help="a budget that admits every body: print resident bytes per body byte")
     args = parser.parse_args()
+    if args.measure and not args.budget:
+        # Every body fits: peak over idle, per byte of body, is the figure.
+        args.budget = max(int(args.requests * (args.size + 0.1) * 2**20), 32 * 2**20)
 
     work = tempfile.mkdtemp(prefix="condenser-budget-")
     upstream, proxy, port = start(args, work)
@@ -206,6 +271,14 @@ def main():
         within = peak <= ceiling_kib
         print(f"peak RSS {mib(peak):.0f} MiB ({(mib(peak) - mib(idle)) / (budget / 2**20):.1f} "
               f"MiB per MiB of budget): {'within' if within else 'ABOVE'} the ceiling")
+        share = memory_available() / SHARE
+        print(f"documented share (memory / {SHARE}): {share / 2**20:,.0f} MiB: peak "
+              f"{'under' if peak * 1024 <= share else 'ABOVE'} it")
+        forwarded = sum(1 for status, _, _ in answers if status and 200 <= status < 300)
+        if forwarded:
+            per_byte = (peak - idle) * 1024 / (forwarded * size)
+            print(f"resident bytes per body byte in flight ({args.shape}, {forwarded} bodies of "
+                  f"{size / 2**20:.2f} MiB forwarded): {per_byte:.1f}")
         refused = metric(port, "condenser_inflight_body_refused_total")
         print(f"condenser_inflight_body_refused_total {refused:.0f}")
         return 0 if answered and within else 1

@@ -24,6 +24,8 @@ MIN_ACHIEVED="${MIN_ACHIEVED:-0.95}"  # ... achieved at least this share of offe
 PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
 PG_PARAMS="${PG_PARAMS:-}"            # query of Condenser's DATABASE_URL, e.g. sslmode=disable
 BASELINE_BIN="${BASELINE_BIN:-}"
+# BASELINE_BACKENDS ("sqlite postgres"): the baseline's targets;
+# BASELINE_FIRST=1: the baseline's rows right after direct's (see below).
 GROWING_ARGS="${GROWING_ARGS:-}"      # more loadgen flags for growing, e.g. --system-per-conversation
 TARGETS="${TARGETS:-direct nginx condenser-sqlite condenser-postgres}"
 OUT="${OUT:-bench/results/hotpath-$(date -u +%Y%m%dT%H%M%SZ).json}"
@@ -132,12 +134,28 @@ for target in $TARGETS; do
   targets+=("$target")
 done
 if [ -n "$BASELINE_BIN" ]; then
-  start_condenser baseline-sqlite "$BASELINE_BIN" "sqlite://$work/baseline.db"
-  database="$(database_for baseline-postgres)"
-  psql -q "$PGURL/postgres" -c "create database $database" >/dev/null
-  databases+=("$database")
-  start_condenser baseline-postgres "$BASELINE_BIN" "$PGURL/$database${PG_PARAMS:+?$PG_PARAMS}"
-  targets+=(baseline-sqlite baseline-postgres)
+  baselines=()
+  for backend in ${BASELINE_BACKENDS:-sqlite postgres}; do
+    case "$backend" in
+      sqlite) start_condenser baseline-sqlite "$BASELINE_BIN" "sqlite://$work/baseline.db" ;;
+      postgres)
+        database="$(database_for baseline-postgres)"
+        psql -q "$PGURL/postgres" -c "create database $database" >/dev/null
+        databases+=("$database")
+        start_condenser baseline-postgres "$BASELINE_BIN" "$PGURL/$database${PG_PARAMS:+?$PG_PARAMS}" ;;
+      *) echo "hotpath: unknown backend $backend in BASELINE_BACKENDS" >&2; exit 1 ;;
+    esac
+    baselines+=("baseline-$backend")
+  done
+  if [ -n "${BASELINE_FIRST:-}" ] && [ "${targets[0]:-}" = direct ]; then
+    # The baseline's rows before this build's (after direct): bench/compare.sh
+    # alternates the order between rounds, so neither build always goes
+    # first into a machine another row just warmed or loaded.
+    rest=("${targets[@]:1}")
+    targets=(direct "${baselines[@]}" "${rest[@]}")
+  else
+    targets+=("${baselines[@]}")
+  fi
 fi
 
 # CPU ticks (user+system) of a target's processes: Condenser's one process;

@@ -34,6 +34,9 @@ pub struct Shared {
     /// Chain links of messages seen before, so a re-sent history is not
     /// canonicalized and hashed again.
     pub chain_memo: Arc<ChainMemo>,
+    /// Proactive compactions that planning showed cannot be made, so a
+    /// re-sent history is not planned again for the same answer.
+    pub failed_plans: crate::compaction::FailedPlans,
 }
 
 impl AppState {
@@ -61,6 +64,7 @@ impl AppState {
             background,
             writer,
             chain_memo: Arc::new(ChainMemo::default()),
+            failed_plans: Default::default(),
         })))
     }
 }

@@ -51,6 +51,82 @@ impl CompactionError {
     }
 }
 
+/// Plans that came to nothing, by a digest of everything planning reads
+/// (see `pipeline::exchange::compact`), so the same request is not
+/// planned again only to fail the same way.
+///
+/// Planning reads every message: it parses the history into JSON values,
+/// serializes each to weigh it and collects its tool links, about 15
+/// million instructions for an 800 KB history. A proactive compaction that
+/// cannot help (the kept tail alone is over the window, as when an
+/// upstream's usage shows it keeps 400 tokens of an 800 KB history) would
+/// otherwise pay that again on every re-send of the same history, for the
+/// same answer, before the request goes upstream as it is anyway. Only
+/// outcomes that depend on nothing but those inputs are kept; a summary
+/// call's failure is never replayed.
+pub struct FailedPlans(quick_cache::sync::Cache<u128, Unplannable>);
+
+/// Plans remembered as failed: a few hundred bytes each at most.
+const FAILED_PLANS: usize = 4096;
+
+impl Default for FailedPlans {
+    fn default() -> Self {
+        Self(quick_cache::sync::Cache::new(FAILED_PLANS))
+    }
+}
+
+impl FailedPlans {
+    /// The error planning the request with inputs `key` came to, if it failed.
+    pub fn get(&self, key: u128) -> Option<CompactionError> {
+        self.0.get(&key).map(Unplannable::error)
+    }
+
+    /// Remembers `error` for the inputs `key`, when planning alone decided it.
+    pub fn remember(&self, key: u128, error: &CompactionError) {
+        if let Some(outcome) = Unplannable::of(error) {
+            self.0.insert(key, outcome);
+        }
+    }
+}
+
+/// A planning failure that the same inputs always give again.
+#[derive(Clone, Copy)]
+enum Unplannable {
+    NothingToCompact,
+    CannotFit { predicted: u64, window: u64 },
+    InputTooLarge { max_calls: usize },
+}
+
+impl Unplannable {
+    fn of(error: &CompactionError) -> Option<Self> {
+        match error {
+            CompactionError::NothingToCompact => Some(Self::NothingToCompact),
+            CompactionError::CannotFit { predicted, window } => Some(Self::CannotFit {
+                predicted: *predicted,
+                window: *window,
+            }),
+            CompactionError::Summary(SummaryError::InputTooLarge { max_calls }) => {
+                Some(Self::InputTooLarge {
+                    max_calls: *max_calls,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    fn error(self) -> CompactionError {
+        match self {
+            Self::NothingToCompact => CompactionError::NothingToCompact,
+            Self::CannotFit { predicted, window } => {
+                CompactionError::CannotFit { predicted, window }
+            }
+            Self::InputTooLarge { max_calls } => {
+                CompactionError::Summary(SummaryError::InputTooLarge { max_calls })
+            }
+        }
+    }
+}
+
 /// Everything one compaction needs to know about the request.
 pub struct Job<'a> {
     pub adapter: &'a dyn Adapter,

@@ -65,9 +65,16 @@ fn max_connections() -> usize {
     4096
 }
 
-/// Peak memory per byte of chat body in flight, measured (README, "Memory":
-/// 35–42 MiB per MiB): the body parsed, its canonical bytes, its rows.
-pub const BODY_EXPANSION: u64 = 40;
+/// Peak resident bytes per byte of chat body in flight, by measurement
+/// (`bench/body_budget.py --measure`, bench/README.md "Current figures"),
+/// with a safety margin. Measured 2026-11-27 on this build, eight 8 MiB
+/// bodies at once, first sight of each (every message parsed, hashed and
+/// queued as rows): 16.6 for many short messages (about 30 bytes each, the
+/// costliest shape per byte: a parsed value, a link, a row per message),
+/// 5.4 for one huge tool result, 3.8 for a base64 image. The budget must
+/// hold whatever shape arrives, so the costliest sets it: 16.6 plus a
+/// fifth, 20. (It was 40, from a build that kept more per message.)
+pub const BODY_EXPANSION: u64 = 20;
 /// Share of the memory that bodies in flight may expand into, by default:
 /// the rest is the caches, the write queue, and whatever shares the machine.
 pub const BODY_MEMORY_SHARE: u64 = 4;
@@ -127,7 +134,8 @@ impl ServerSettings {
     }
 
     /// The configured budget, else a quarter of the memory available
-    /// expanded at 40 bytes per byte, never below one largest body.
+    /// expanded at [`BODY_EXPANSION`] bytes per byte, never below one
+    /// largest body.
     pub fn inflight_body_budget(&self, max_body_bytes: usize) -> usize {
         if let Some(configured) = self.max_inflight_body_bytes {
             return configured;

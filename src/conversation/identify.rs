@@ -4,17 +4,18 @@
 
 use crate::conversation::{ChainHash, ChainMemo, Conversation, ConversationId, TenantId};
 use crate::protocol::{Adapter, ChatRequest, Outline};
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 
 /// Headers that name a session, first found wins: the explicit one, then
 /// the session ids clients already send (Claude Code, opencode, Codex; see
 /// reference/clients.md). The session is the conversation; its value, cut
 /// short, is its label for people.
-const LABEL_HEADERS: [&str; 4] = [
-    "x-conversation-id",
-    "x-claude-code-session-id",
-    "x-session-id",
-    "session-id",
+/// Header names made once, not parsed from text on every look-up.
+const LABEL_HEADERS: [HeaderName; 4] = [
+    HeaderName::from_static("x-conversation-id"),
+    HeaderName::from_static("x-claude-code-session-id"),
+    HeaderName::from_static("x-session-id"),
+    HeaderName::from_static("session-id"),
 ];
 
 /// Step 2 of the data flow: the tenant from the credential, the chain from
@@ -46,7 +47,7 @@ pub fn conversation(
     };
     // An empty header names no session: a later header may.
     let session = LABEL_HEADERS.iter().find_map(|name| {
-        let value = headers.get(*name)?.to_str().ok()?;
+        let value = headers.get(name)?.to_str().ok()?;
         (!value.trim().is_empty()).then_some(value)
     });
     let id = match session {
@@ -117,9 +118,15 @@ fn memoized_chain(
 /// The caller's credential as sent; hashed at once, never kept. Google's
 /// `?key=` arrives here as the `x-goog-api-key` it stands for.
 fn credential(headers: &HeaderMap) -> Option<&[u8]> {
-    ["authorization", "x-api-key", "api-key", "x-goog-api-key"]
+    const CREDENTIAL_HEADERS: [HeaderName; 4] = [
+        http::header::AUTHORIZATION,
+        HeaderName::from_static("x-api-key"),
+        HeaderName::from_static("api-key"),
+        HeaderName::from_static("x-goog-api-key"),
+    ];
+    CREDENTIAL_HEADERS
         .iter()
-        .find_map(|name| headers.get(*name))
+        .find_map(|name| headers.get(name))
         .map(|value| value.as_bytes())
 }
 

@@ -1,9 +1,11 @@
 //! Step 1, accept: the memory budget of chat bodies in flight.
 //!
 //! A chat body is read whole and then parsed, hashed and queued for the
-//! store, and at its peak a request holds about 40 bytes of memory per
-//! byte of body (README, "Memory"). Forty 30 MiB bodies at once would need
-//! 47 GiB. So the bytes of chat bodies being read and worked on share one
+//! store, and at its peak a request holds up to about 17 bytes of memory
+//! per byte of body (many short messages; a huge tool result or an image
+//! about 4–6: `config::server::BODY_EXPANSION`, bench/README.md "Current
+//! figures"). Forty 30 MiB bodies of short messages at once would need
+//! 20 GiB. So the bytes of chat bodies being read and worked on share one
 //! budget, `server.max_inflight_body_bytes`: a body that would pass it is
 //! refused at once with a 503 and `Retry-After` (clients retry those),
 //! never read and never queued. A request holds its lease until its

@@ -181,10 +181,61 @@ pub trait Adapter: Send + Sync {
 /// byte search, not a parse: it runs on every relayed answer, and a false
 /// "not text" only skips one calibration.
 pub fn text_only(adapter: &dyn Adapter, body: &[u8]) -> bool {
-    !adapter
-        .non_text_markers()
-        .iter()
-        .any(|marker| memchr::memmem::find(body, marker.as_bytes()).is_some())
+    let markers = adapter.non_text_markers();
+    // One pass for all the markers: a search per marker read an 800 KB
+    // history four times (OpenAI's four markers), 1.5 million instructions
+    // a request, about a fifth of what the release before spent on it all.
+    markers.is_empty() || !marker_finder(markers).is_match(body)
+}
+
+/// An adapter's markers, searched at once: SIMD (Teddy) where the CPU has
+/// it. Every marker starts with `"`, the commonest byte of JSON, so an
+/// automaton led by its first byte would stop at every quote.
+enum Markers {
+    Packed(aho_corasick::packed::Searcher),
+    Automaton(aho_corasick::AhoCorasick),
+}
+
+impl Markers {
+    fn new(markers: &[&str]) -> Self {
+        match aho_corasick::packed::Searcher::new(markers.iter()) {
+            Some(packed) => Self::Packed(packed),
+            None => Self::Automaton(
+                aho_corasick::AhoCorasick::new(markers).expect("a few short literal markers build"),
+            ),
+        }
+    }
+
+    fn is_match(&self, body: &[u8]) -> bool {
+        match self {
+            Self::Packed(searcher) => searcher.find(body).is_some(),
+            Self::Automaton(automaton) => automaton.is_match(body),
+        }
+    }
+}
+
+/// The searcher of an adapter's markers, built once per marker table.
+fn marker_finder(markers: &'static [&'static str]) -> std::sync::Arc<Markers> {
+    use std::sync::{Arc, RwLock};
+    type Finders = Vec<(usize, Arc<Markers>)>;
+    static FINDERS: RwLock<Finders> = RwLock::new(Vec::new());
+    let key = markers.as_ptr() as usize;
+    let found = |finders: &Finders| {
+        finders
+            .iter()
+            .find(|(table, _)| *table == key)
+            .map(|(_, finder)| finder.clone())
+    };
+    if let Some(finder) = found(&FINDERS.read().unwrap_or_else(|e| e.into_inner())) {
+        return finder;
+    }
+    let mut finders = FINDERS.write().unwrap_or_else(|e| e.into_inner());
+    if let Some(finder) = found(&finders) {
+        return finder;
+    }
+    let finder = Arc::new(Markers::new(markers));
+    finders.push((key, finder.clone()));
+    finder
 }
 
 /// What a summary call asks for, beside the request it is built from.

@@ -211,7 +211,7 @@ impl Exchange {
             origin: &self.origin,
             calls_made: Default::default(),
         };
-        let planned = compaction::prepare(&sizing, &summarizer, &job)?;
+        let planned = self.prepare(&sizing, &summarizer, &job)?;
         let persist = &mut self.persist;
         let mut covered = CoveredMessages {
             persist,
@@ -221,6 +221,29 @@ impl Exchange {
         let storage = &self.state.storage;
         let ttl = sizing.lease_ttl;
         compaction::compact(storage, &summarizer, ttl, planned, &job, &mut covered).await
+    }
+
+    /// [`compaction::prepare`], unless the same proactive compaction of the
+    /// same request was planned before and failed: planning parses and
+    /// weighs every message, and an unhelpful one would otherwise cost a
+    /// re-sent history that much on every request (`FailedPlans`).
+    fn prepare(
+        &self,
+        sizing: &Sizing,
+        summarizer: &Summarizer<'_>,
+        job: &compaction::Job<'_>,
+    ) -> Result<compaction::Planned, CompactionError> {
+        // An overflow is the upstream's word, not an estimate: always planned.
+        if job.trigger != Trigger::Proactive {
+            return compaction::prepare(sizing, summarizer, job);
+        }
+        let key = plan_key(sizing, summarizer, job);
+        let failed = &self.state.failed_plans;
+        if let Some(error) = failed.get(key) {
+            return Err(error);
+        }
+        compaction::prepare(sizing, summarizer, job)
+            .inspect_err(|error| failed.remember(key, error))
     }
 
     /// Summary calls sized to the summarizer's own window when another
@@ -263,4 +286,44 @@ impl Exchange {
             max_calls: self.state.settings.compaction.max_summary_calls as usize,
         }
     }
+}
+
+/// A digest of everything [`compaction::prepare`] reads: the chain's last
+/// link (the tenant, the system part and every message, canonical), the
+/// compaction it replaces, the bytes sent, the model and what is known of
+/// its sizes, the signal and the summary budget. The message sizes planning
+/// weighs follow from the chain and the bytes sent; a request that differs
+/// only in what the canonical form leaves out (`cache_control`) may share a
+/// digest, and then at worst goes upstream uncompacted, as the failure
+/// would have sent it.
+fn plan_key(sizing: &Sizing, summarizer: &Summarizer<'_>, job: &compaction::Job<'_>) -> u128 {
+    use std::fmt::Write;
+    let mut inputs = String::with_capacity(512);
+    let chain = &job.conversation.chain;
+    let _ = write!(
+        inputs,
+        "{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{}|{}|{:?}",
+        chain.last().map(|link| link.as_bytes()),
+        job.current.map(|c| c.prefix_hash.as_bytes()),
+        chain.len(),
+        job.sent_bytes,
+        job.request.model,
+        job.adapter.max_output_tokens(job.request),
+        sizing.known,
+        job.signal.cause,
+        (
+            job.signal.limit,
+            job.signal.actual,
+            job.signal.requested_output
+        ),
+        (summarizer.budget.window, summarizer.budget.max_tokens),
+        (
+            summarizer.budget.reasoning_tokens,
+            summarizer.budget.max_calls
+        ),
+        summarizer.model,
+        sizing.keep_share,
+        (sizing.summary_max_tokens, summarizer.budget.calibration),
+    );
+    xxhash_rust::xxh3::xxh3_128(inputs.as_bytes())
 }

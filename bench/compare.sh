@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Regression guard: a baseline build against this one, in one run, each
+# measured as what it adds to a direct connection to the same upstream.
+#
+#   bench/compare.sh BASELINE_BIN
+#
+# Runs bench/hotpath.sh ROUNDS times (default 2) with targets direct, this
+# build and BASELINE_BIN, each on SQLite and on Postgres, rows interleaved
+# (every fixed-rate row runs on each target in turn; the order of the two
+# builds swaps between rounds): the 1.5 KB body at RATE (1,000 req/s) and
+# at its maximum sustained rate, and the ~800 KB 200-message history at
+# HISTORY_RATE (20 req/s). Then prints, per round and backend, the added
+# latency of each build over direct and the ratios baseline : this build
+# against the acceptance bounds of issue 43 (added p50 within +20 µs, added
+# p99 within 1.2x, maximum rate at least 95 %, history added p50 within
+# 1.1x). Not in CI; timings are only as steady as the machine (see "Current
+# figures" in bench/README.md). About 10 minutes on the 2-core machine.
+#
+# Settings (environment): ROUNDS (2), DURATION (8 s per fixed row),
+# MAX_DURATION (4 s per search step), MAX_SEARCH (1; 0 skips the search),
+# RATE (1000), HISTORY_RATE (20), CONNECTIONS (16), BACKENDS ("sqlite
+# postgres"), MAX_RATE_CAP (16000). Shorter: ROUNDS=1 DURATION=4 MAX_SEARCH=0.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ $# -ne 1 ] || [ ! -x "$1" ]; then
+  echo "usage: bench/compare.sh BASELINE_BIN (an executable condenser build)" >&2
+  exit 2
+fi
+baseline="$(realpath "$1")"
+ROUNDS="${ROUNDS:-2}"
+BACKENDS="${BACKENDS:-sqlite postgres}"
+targets="direct"
+for backend in $BACKENDS; do targets="$targets condenser-$backend"; done
+
+out="bench/results/compare-$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$out"
+for round in $(seq 1 "$ROUNDS"); do
+  first=""; [ $((round % 2)) = 0 ] && first=1
+  echo "compare: round $round of $ROUNDS${first:+ (baseline first)}" >&2
+  BASELINE_BIN="$baseline" BASELINE_FIRST="$first" BASELINE_BACKENDS="$BACKENDS" \
+    TARGETS="$targets" WORKLOADS="identical history" \
+    RATES="${RATE:-1000}" HISTORY_RATE="${HISTORY_RATE:-20}" CONNECTIONS="${CONNECTIONS:-16}" \
+    DURATION="${DURATION:-8}" MAX_DURATION="${MAX_DURATION:-4}" MAX_SEARCH="${MAX_SEARCH:-1}" \
+    MAX_RATE_CAP="${MAX_RATE_CAP:-16000}" OUT="$out/round-$round.json" \
+    bench/hotpath.sh >"$out/round-$round.md"
+done
+python3 bench/compare_report.py "$out"/round-*.json | tee "$out/summary.md"
+echo "compare: tables in $out/round-*.md, summary in $out/summary.md" >&2

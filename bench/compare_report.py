@@ -1,0 +1,104 @@
+"""Summary of bench/compare.sh: per round and backend, what each build adds
+over a direct connection to the same upstream, and baseline : this build.
+
+python3 compare_report.py ROUND_JSON...   (bench/hotpath.sh results files)
+
+Bounds (issue 43): small body added p50 at the fixed rate within +20 µs of
+the baseline's, added p99 within 1.2x, maximum sustained rate at least 95 %
+of the baseline's, the history's added p50 within 1.1x. A bound missed by
+less than the run's noise (direct's own p50 spread, hey/loadgen's 1 µs
+resolution aside) is printed as missed all the same: read the rows.
+"""
+
+import json
+import sys
+
+
+def rows_of(result):
+    return result["rows"]
+
+
+def find(rows, workload, target, phase="fixed"):
+    for row in rows:
+        if (row["workload"], row["target"], row["phase"]) == (workload, target, phase):
+            return row
+    return None
+
+
+def ratio(this, base):
+    if this is None or base is None:
+        return None
+    if base <= 0:
+        return None
+    return this / base
+
+
+def fmt_us(value):
+    return "" if value is None else f"{value:+,}"
+
+
+def fmt_ratio(value):
+    return "n/a" if value is None else f"{value:.2f}x"
+
+
+def verdict(ok):
+    return "ok" if ok else "MISSED"
+
+
+def main(paths):
+    print("| round | backend | measure | baseline | this build | this − baseline / this ÷ baseline | bound |")
+    print("|---|---|---|---|---|---|---|")
+    missed = 0
+    for number, path in enumerate(paths, 1):
+        with open(path) as f:
+            result = json.load(f)
+        rows = rows_of(result)
+        backends = sorted({r["target"].split("-", 1)[1] for r in rows if r["target"].startswith("baseline-")})
+        for backend in backends:
+            this, base = f"condenser-{backend}", f"baseline-{backend}"
+            small_this, small_base = find(rows, "identical", this), find(rows, "identical", base)
+            if small_this and small_base:
+                rate = small_this["offered_rate"]
+                a, b = small_this["added_p50_us"], small_base["added_p50_us"]
+                ok = a is not None and b is not None and a - b <= 20
+                missed += not ok
+                print(f"| {number} | {backend} | small, added p50 at {rate:,}/s | {fmt_us(b)} µs | {fmt_us(a)} µs "
+                      f"| {fmt_us(None if a is None or b is None else a - b)} µs | ≤ +20 µs: {verdict(ok)} |")
+                a, b = small_this["added_p99_us"], small_base["added_p99_us"]
+                # A p99 at or below direct's is as good as it gets: no ratio.
+                r = ratio(max(a, 0), max(b, 1)) if a is not None and b is not None else None
+                ok = r is not None and (r <= 1.2 or a <= 0)
+                missed += not ok
+                print(f"| {number} | {backend} | small, added p99 at {rate:,}/s | {fmt_us(b)} µs | {fmt_us(a)} µs "
+                      f"| {fmt_ratio(r)} | ≤ 1.2x: {verdict(ok)} |")
+            maxima = result.get("max_sustained", {}).get("identical", {})
+            if this in maxima and base in maxima:
+                a, b = maxima[this]["max_sustained_rate"], maxima[base]["max_sustained_rate"]
+                r = ratio(a, b)
+                ok = r is not None and r >= 0.95
+                missed += not ok
+                print(f"| {number} | {backend} | small, maximum sustained | {b:,}/s | {a:,}/s | {fmt_ratio(r)} "
+                      f"| ≥ 0.95x: {verdict(ok)} |")
+            hist_this, hist_base = find(rows, "history", this), find(rows, "history", base)
+            if hist_this and hist_base:
+                a, b = hist_this["added_p50_us"], hist_base["added_p50_us"]
+                r = ratio(a, b) if a is not None and b is not None and b > 0 else None
+                ok = r is not None and r <= 1.1 or (a is not None and b is not None and a <= b)
+                missed += not ok
+                rate = hist_this["offered_rate"]
+                print(f"| {number} | {backend} | history, added p50 at {rate}/s | {fmt_us(b)} µs | {fmt_us(a)} µs "
+                      f"| {fmt_ratio(r)} | ≤ 1.1x: {verdict(ok)} |")
+            for workload in ("identical", "history"):
+                a, b = find(rows, workload, this), find(rows, workload, base)
+                if a and b:
+                    print(f"| {number} | {backend} | {workload}, CPU ms/request | {b['cpu_ms_per_request']:.3f} "
+                          f"| {a['cpu_ms_per_request']:.3f} | {fmt_ratio(ratio(a['cpu_ms_per_request'], b['cpu_ms_per_request']))} | |")
+        direct = [find(rows, w, "direct") for w in ("identical", "history")]
+        spread = ", ".join(f"{w} p50 {d['p50_us']:,} µs" for w, d in zip(("small", "history"), direct) if d)
+        print(f"| {number} | | direct (the reference) | | | {spread} | |")
+        print(f"| {number} | | settings | | | {result['settings']} | |")
+    print(f"\n{missed} bound(s) missed.")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
