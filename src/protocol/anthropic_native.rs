@@ -87,18 +87,22 @@ impl ServedForms for AnthropicForms {
         }
     }
 
+    /// Only a 400 that refuses a form as unknown counts: the Messages
+    /// endpoint is the chat endpoint itself, so a 404 there is a missing
+    /// model, and the maker's own complaints (a misplaced block) are not
+    /// about an unknown form.
     fn refuses(&self, status: u16, body: &[u8]) -> bool {
         let names = |needle: &str| memchr::memmem::find(body, needle.as_bytes()).is_some();
-        match status {
-            404 | 405 => true,
-            400 => {
-                names("context_management")
-                    || names("anthropic-beta")
-                    || SERVED_BETAS.iter().any(|flag| names(flag))
-                    || names("compaction")
-            }
-            _ => false,
-        }
+        let unknown = names("Extra inputs are not permitted")
+            || names("does not match any of the expected tags")
+            || names("Unexpected value(s)")
+            || names("invalid beta flag");
+        let form = names("context_management")
+            || names("compaction")
+            || names("anthropic-beta")
+            || names("beta flag")
+            || SERVED_BETAS.iter().any(|flag| names(flag));
+        status == 400 && unknown && form
     }
 
     fn report_json(&self, answer: &mut Value, applied: &Value) {
@@ -515,8 +519,11 @@ mod tests {
     fn refusals_of_the_forms_are_recognised() {
         let refused = br#"{"type":"error","error":{"type":"invalid_request_error","message":"context_management: Extra inputs are not permitted"}}"#;
         assert!(AnthropicForms.refuses(400, refused));
-        assert!(AnthropicForms.refuses(404, b""));
+        let flag = br#"{"message":"Unexpected value(s) `context-management-2025-06-27` for the `anthropic-beta` header."}"#;
+        assert!(AnthropicForms.refuses(400, flag));
+        assert!(!AnthropicForms.refuses(404, b"model: claude-x"));
         assert!(!AnthropicForms.refuses(400, b"prompt is too long"));
+        assert!(!AnthropicForms.refuses(400, b"compaction_block_misplaced"));
         assert!(!AnthropicForms.refuses(500, refused));
         assert!(AnthropicForms.made_by("api.anthropic.com"));
         assert!(!AnthropicForms.made_by("openrouter.ai"));

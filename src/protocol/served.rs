@@ -28,7 +28,8 @@ pub trait ServedForms: Send + Sync {
     fn strip_headers(&self, headers: &mut HeaderMap);
 
     /// Whether an error answer to a forwarded request refuses a form as
-    /// unknown (a 404 or 405, or a 400 naming its field or flag).
+    /// unknown (a 400 naming its field or flag; for a form with an
+    /// endpoint of its own, a 404 or 405 there).
     fn refuses(&self, status: u16, body: &[u8]) -> bool;
 
     /// Adds the report of what was applied to a whole JSON answer.
