@@ -253,3 +253,89 @@ fn reported_event(event: &[u8], forms: &dyn ServedForms, applied: &Value) -> Opt
     }
     done.then(|| lines.join("\n").into_bytes())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Settings;
+    use crate::upstream::routes::{Route, RouteTable};
+    use http::{HeaderValue, Method};
+    use serde_json::json;
+
+    /// The route of `POST /v1/messages` with `native_compaction` set so.
+    fn messages_route(native: &str) -> Route {
+        let settings: Settings = serde_json::from_value(json!({
+            "upstreams": {"anthropic": {"native_compaction": native}}
+        }))
+        .expect("settings");
+        let table = RouteTable::from_settings(&settings).expect("routes");
+        let mut headers = HeaderMap::new();
+        headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+        table.resolve(&Method::POST, "/v1/messages", None, &headers)
+    }
+
+    const BODY: &[u8] =
+        br#"{"model":"m","max_tokens":9,"messages":[],"context_management":{"edits":[]}}"#;
+    const REFUSAL: &[u8] = br#"{"type":"error","error":{"type":"invalid_request_error","message":"context_management: Extra inputs are not permitted"}}"#;
+
+    #[test]
+    fn auto_forwards_to_the_maker_until_a_refusal_and_then_serves_there() {
+        let route = messages_route("auto");
+        let (adapter, upstream) = (route.adapter(), &route.upstream);
+        let headers = HeaderMap::new();
+        let mut native = Native::new(adapter, upstream, BODY, &headers);
+        assert!(!native.serves(), "api.anthropic.com is the API's maker");
+        assert!(!native.refused(upstream, 400, b"prompt is too long"));
+        assert!(native.refused(upstream, 400, REFUSAL));
+        assert!(native.serves());
+        assert!(!native.refused(upstream, 400, REFUSAL), "one switch");
+        let later = Native::new(adapter, upstream, BODY, &headers);
+        assert!(later.serves(), "remembered for the upstream");
+    }
+
+    #[test]
+    fn forward_never_serves_and_serve_always_does() {
+        let headers = HeaderMap::new();
+        let route = messages_route("forward");
+        let mut native = Native::new(route.adapter(), &route.upstream, BODY, &headers);
+        assert!(!native.serves());
+        assert!(!native.refused(&route.upstream, 400, REFUSAL));
+        let route = messages_route("serve");
+        let mut native = Native::new(route.adapter(), &route.upstream, BODY, &headers);
+        assert!(native.serves());
+        let served = native.body(Bytes::from_static(BODY), &|bytes| bytes as u64);
+        assert!(!served.windows(18).any(|w| w == b"context_management"));
+        let plain = br#"{"model":"m","max_tokens":9,"messages":[]}"#;
+        assert!(!Native::new(route.adapter(), &route.upstream, plain, &headers).serves());
+    }
+
+    #[tokio::test]
+    async fn the_report_joins_the_message_delta_event_whatever_the_chunking() {
+        let stream = "event: message_start\ndata: {\"type\":\"message_start\"}\n\n\
+            event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"}}\n\n\
+            event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        let forms = messages_route("serve")
+            .adapter()
+            .served_forms()
+            .expect("forms");
+        let applied = json!({"applied_edits": []});
+        for size in [1, 7, 40, stream.len()] {
+            let chunks: Vec<Result<Bytes, std::io::Error>> = stream
+                .as_bytes()
+                .chunks(size)
+                .map(|c| Ok(Bytes::copy_from_slice(c)))
+                .collect();
+            let body = Body::from_stream(futures_util::stream::iter(chunks));
+            let reported = report_stream(body, forms, applied.clone());
+            let read = axum::body::to_bytes(reported, usize::MAX)
+                .await
+                .expect("body");
+            let text = String::from_utf8(read.to_vec()).expect("utf-8");
+            let expected = stream.replace(
+                "\"end_turn\"}}",
+                "\"end_turn\"},\"context_management\":{\"applied_edits\":[]}}",
+            );
+            assert_eq!(text, expected, "chunks of {size}");
+        }
+    }
+}
