@@ -10,11 +10,14 @@
 //! `applied_edits` report, streamed in the final `message_delta`), replaces
 //! everything before a `compaction` block with the summary it carries (as
 //! the API does, build-with-claude/compaction), and removes the field and
-//! the beta flags. The `compact_20260112` edit is left to Condenser's own
-//! compaction, which keeps the conversation within the window.
+//! the beta flags. A summary asked on demand (`"compaction": {"type":
+//! "summarize"}`, beta `compact-2026-09-04`) is answered in the documented
+//! shape (build-with-claude/compaction-on-demand) with Condenser's summary.
+//! The `compact_20260112` edit is left to Condenser's own compaction,
+//! which keeps the conversation within the window.
 
 use super::served::{Served, ServedForms};
-use super::{summary_text, SUMMARY_MARKER};
+use super::{summary_text, Usage, SUMMARY_MARKER};
 use http::{HeaderMap, HeaderValue};
 use serde_json::{json, Map, Value};
 
@@ -22,7 +25,11 @@ use serde_json::{json, Map, Value};
 pub struct AnthropicForms;
 
 /// The beta flags of the forms Condenser serves; other flags pass.
-const SERVED_BETAS: &[&str] = &["context-management-2025-06-27", "compact-2026-01-12"];
+const SERVED_BETAS: &[&str] = &[
+    "context-management-2025-06-27",
+    "compact-2026-01-12",
+    "compact-2026-09-04",
+];
 
 /// What a cleared tool result says instead of its content.
 pub const CLEARED_RESULT: &str = "[tool result cleared by context management]";
@@ -117,6 +124,64 @@ impl ServedForms for AnthropicForms {
         }
         self.report_json(event, applied);
         true
+    }
+
+    /// On-demand compaction: `"compaction": {"type": "summarize"}`.
+    fn summary_asked(&self, body: &Map<String, Value>) -> bool {
+        let kind = body.get("compaction").and_then(|c| c.get("type"));
+        kind.and_then(Value::as_str) == Some("summarize")
+    }
+
+    /// The on-demand answer as documented (compaction-on-demand): one
+    /// `compaction` block, `stop_reason: "compaction"`, the summary step's
+    /// usage in `usage.iterations`; streamed, the block arrives whole in
+    /// one `content_block_start`, with no deltas.
+    fn summary_answer(&self, model: &str, summary: &str, usage: Usage, stream: bool) -> Vec<u8> {
+        let id = format!(
+            "msg_condenser_{:016x}",
+            xxhash_rust::xxh3::xxh3_64(summary.as_bytes())
+        );
+        let block = json!({"type": "compaction", "content": summary});
+        let iterations = json!([{"type": "compaction",
+            "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}]);
+        let message = |content: Value, stop: Value, usage: Value| {
+            json!({"id": id, "type": "message", "role": "assistant", "model": model,
+                "content": content, "stop_reason": stop, "stop_sequence": null, "usage": usage})
+        };
+        let totals = json!({"input_tokens": 0, "output_tokens": 0, "iterations": iterations});
+        if !stream {
+            let answer = message(json!([block]), json!("compaction"), totals);
+            return answer.to_string().into_bytes();
+        }
+        let start = message(
+            json!([]),
+            Value::Null,
+            json!({"input_tokens": 0, "output_tokens": 0}),
+        );
+        let events = [
+            (
+                "message_start",
+                json!({"type": "message_start", "message": start}),
+            ),
+            (
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0, "content_block": block}),
+            ),
+            (
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": 0}),
+            ),
+            (
+                "message_delta",
+                json!({"type": "message_delta",
+                "delta": {"stop_reason": "compaction", "stop_sequence": null}, "usage": totals}),
+            ),
+            ("message_stop", json!({"type": "message_stop"})),
+        ];
+        let events = events
+            .iter()
+            .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"));
+        events.collect::<String>().into_bytes()
     }
 }
 
@@ -513,6 +578,46 @@ mod tests {
         AnthropicForms.strip_headers(&mut only);
         assert!(only.get("anthropic-beta").is_none());
         assert!(!AnthropicForms.asked(b"{\"messages\":[]}", &only));
+    }
+
+    #[test]
+    fn a_summary_on_demand_is_answered_in_the_documented_shape() {
+        let asked = json!({"compaction": {"type": "summarize"}});
+        assert!(AnthropicForms.summary_asked(asked.as_object().expect("object")));
+        assert!(!AnthropicForms.summary_asked(&Map::new()));
+        let usage = Usage {
+            input_tokens: 100,
+            output_tokens: 20,
+            cached_tokens: 0,
+        };
+        let answer = AnthropicForms.summary_answer("m", "the gist", usage, false);
+        let answer: Value = serde_json::from_slice(&answer).expect("json");
+        assert_eq!(
+            answer["content"],
+            json!([{"type": "compaction", "content": "the gist"}])
+        );
+        assert_eq!(answer["stop_reason"], "compaction");
+        assert_eq!(
+            answer["usage"]["iterations"],
+            json!([{"type": "compaction", "input_tokens": 100, "output_tokens": 20}])
+        );
+        let stream = AnthropicForms.summary_answer("m", "the gist", usage, true);
+        let stream = String::from_utf8(stream).expect("utf-8");
+        let names: Vec<&str> = stream
+            .lines()
+            .filter_map(|l| l.strip_prefix("event: "))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "message_start",
+                "content_block_start",
+                "content_block_stop",
+                "message_delta",
+                "message_stop"
+            ]
+        );
+        assert!(stream.contains(r#""content_block":{"type":"compaction","content":"the gist"}"#));
     }
 
     #[test]

@@ -7,8 +7,9 @@
 //! adapter whose API has such forms returns them from
 //! [`Adapter::served_forms`](super::Adapter::served_forms).
 
+use super::Usage;
 use http::HeaderMap;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// One API's native context-management forms, as Condenser serves them.
 pub trait ServedForms: Send + Sync {
@@ -38,6 +39,14 @@ pub trait ServedForms: Send + Sync {
     /// Adds the report to one streamed event's data, if it is the event
     /// that carries it; whether it did.
     fn report_event(&self, event: &mut Value, applied: &Value) -> bool;
+
+    /// Whether a request (its body, messages aside) asks for a summary of
+    /// the conversation in place of a reply, which Condenser then writes.
+    fn summary_asked(&self, body: &Map<String, Value>) -> bool;
+
+    /// The answer holding `summary` in place of a reply: a JSON body, or
+    /// the events of a stream. `usage` is the summary calls' estimate.
+    fn summary_answer(&self, model: &str, summary: &str, usage: Usage, stream: bool) -> Vec<u8>;
 }
 
 /// A request as served: its new body and what was applied, in the API's

@@ -169,6 +169,64 @@ async fn forwarded_to_anthropic_requests_and_answers_are_byte_identical() {
     assert_eq!(answer["context_management"], json!({"applied_edits": []}));
 }
 
+#[tokio::test]
+async fn a_summary_asked_on_demand_is_written_by_condenser() {
+    let app = spawn_app_with(third_party()).await;
+    let mut messages = vec![
+        json!({"role": "user", "content": "Name the entities of a recipe app."}),
+        json!({"role": "assistant", "content": "Recipe, Ingredient, Step."}),
+        json!({"role": "user", "content": "Now the fields of Recipe."}),
+    ];
+    let body = json!({"model": MODEL, "max_tokens": 2048, "messages": messages,
+        "compaction": {"type": "summarize"}});
+    let response = post(&app, "compact-2026-09-04", &body).await;
+    assert_eq!(response.status(), 200);
+    let answer: Value = response.json().await.expect("json");
+    assert_eq!(answer["stop_reason"], "compaction");
+    let block = &answer["content"][0];
+    assert_eq!(block["type"], "compaction");
+    assert!(!block["content"].as_str().expect("summary").is_empty());
+    assert_eq!(answer["usage"]["iterations"][0]["type"], "compaction");
+    assert!(
+        app.upstream.chat_requests().is_empty(),
+        "no reply was asked"
+    );
+    let summary = app.upstream.summary_requests();
+    assert_eq!(summary.len(), 1);
+    assert!(summary[0].header("anthropic-beta").is_none());
+    // Streamed, the block arrives whole in its content_block_start.
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let events = post(&app, "compact-2026-09-04", &streamed).await;
+    assert_eq!(events.status(), 200);
+    let events = events.text().await.expect("stream");
+    let start = events
+        .lines()
+        .find(|line| line.contains("\"content_block_start\""))
+        .expect("a content_block_start");
+    assert!(start.contains("\"type\":\"compaction\""), "{start}");
+    assert!(events.contains("\"stop_reason\":\"compaction\""));
+    // The block sent back first stands for what it summarized.
+    messages = vec![
+        json!({"role": "assistant", "content": [block]}),
+        json!({"role": "user", "content": "And Ingredient?"}),
+    ];
+    let body = json!({"model": MODEL, "max_tokens": 256, "messages": messages});
+    let response = post(&app, "compact-2026-09-04", &body).await;
+    assert_eq!(response.status(), 200);
+    let sent = app
+        .upstream
+        .last_accepted()
+        .expect("accepted")
+        .json
+        .expect("json");
+    let text = sent["messages"][0]["content"][0]["text"]
+        .as_str()
+        .expect("text");
+    assert!(text.starts_with(SUMMARY_MARKER));
+    assert_eq!(sent["messages"][1], messages[1]);
+}
+
 /// The official SDK with `betas=["compact-2026-01-12", …]` and
 /// `context_management` edits, through a third-party service.
 #[tokio::test]

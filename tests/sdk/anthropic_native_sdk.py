@@ -54,4 +54,17 @@ message = client.beta.messages.create(
               {"role": "assistant", "content": [{"type": "compaction", "content": "We read four files."}]},
               {"role": "user", "content": "What next?"}])
 assert message.stop_reason == "end_turn", message.stop_reason
+# On-demand compaction: a summary in place of a reply, then sent back first.
+history = [{"role": "user", "content": "Name the entities of a recipe app."},
+           {"role": "assistant", "content": "Recipe, Ingredient, Step."},
+           {"role": "user", "content": "Now the fields of Recipe."}]
+summary = client.beta.messages.create(model=MODEL, max_tokens=2048, messages=history,
+                                      betas=["compact-2026-09-04"], extra_body={"compaction": {"type": "summarize"}})
+assert summary.stop_reason == "compaction", summary.stop_reason
+assert summary.content[0].type == "compaction" and summary.content[0].content, summary.content
+message = client.beta.messages.create(
+    model=MODEL, max_tokens=256, betas=["compact-2026-09-04"],
+    messages=[{"role": "assistant", "content": [summary.content[0].model_dump(exclude_none=True)]},
+              {"role": "user", "content": "And Ingredient?"}])
+assert message.stop_reason == "end_turn", message.stop_reason
 print("anthropic native sdk ok", file=sys.stderr)

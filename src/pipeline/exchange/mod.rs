@@ -5,6 +5,7 @@
 //! in [`Exchange::run`].
 
 mod compact;
+mod on_demand;
 mod served;
 
 use super::budget::CompactionBudget;
@@ -103,6 +104,9 @@ impl Exchange {
     }
 
     pub async fn run(mut self) -> (Response, Report) {
+        if let Some(forms) = self.native.summary_asked(&self.incoming.request.body) {
+            return self.summary_on_demand(forms).await;
+        }
         let mut applied = self.stored_compaction();
         let mut budget = CompactionBudget::new(self.state.settings.compaction.max_compactions);
         loop {

@@ -57,6 +57,16 @@ impl Native {
         }
     }
 
+    /// The forms, when the request asks them for a summary in place of a
+    /// reply and they are served.
+    pub fn summary_asked(
+        &self,
+        body: &serde_json::Map<String, Value>,
+    ) -> Option<&'static dyn ServedForms> {
+        self.forms
+            .filter(|forms| self.serving && forms.summary_asked(body))
+    }
+
     /// Whether the forms are served (and the body is to be rewritten).
     pub fn serves(&self) -> bool {
         self.forms.is_some() && self.serving
