@@ -6,8 +6,8 @@ use super::request::serialize_replacing;
 use super::summary_text;
 use super::{
     elide_middle, with_text_content, Adapter, ChatRequest, Endpoint, ErrorClass, ErrorInfo,
-    Outline, Protocol, Provider, Root, SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed,
-    Usage, WindowProbe,
+    Outline, Protocol, Provider, Root, ServedForms, SummaryCall, SystemPart, TelemetryNames,
+    ToolLinks, Trimmed, Usage, WindowProbe,
 };
 use crate::protocol::canonical::canonical_json;
 use bytes::Bytes;
@@ -154,6 +154,11 @@ impl Adapter for Anthropic {
             .pointer("/message/usage")
             .or_else(|| event.get("usage"))?;
         usage_of(usage)
+    }
+
+    /// Context editing and compaction (`anthropic_native.rs`).
+    fn served_forms(&self) -> Option<&'static dyn ServedForms> {
+        Some(&super::anthropic_native::AnthropicForms)
     }
 }
 

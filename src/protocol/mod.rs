@@ -6,6 +6,7 @@
 //! planner and the store never look inside a message themselves.
 
 pub mod anthropic;
+mod anthropic_native;
 pub mod canonical;
 pub mod gemini;
 mod head;
@@ -16,6 +17,7 @@ mod provider;
 mod registry;
 mod request;
 pub mod responses;
+mod served;
 
 use serde_json::Value;
 
@@ -27,6 +29,7 @@ pub use provider::{
 };
 pub use registry::{providers, register};
 pub use request::{ChatRequest, Outline, Piece, Span, SystemPart};
+pub use served::{Served, ServedForms};
 
 /// Starts the inserted summary message, and lets a later compaction (and
 /// the test upstream) recognise it.
@@ -174,6 +177,13 @@ pub trait Adapter: Send + Sync {
     /// until it has seen the first one that is not.
     fn is_stream_preamble(&self, _data: &str) -> bool {
         false
+    }
+
+    /// The API's own context-management forms, which Condenser serves
+    /// where the upstream does not know them ([`ServedForms`]); `None`
+    /// for an API that defines none.
+    fn served_forms(&self) -> Option<&'static dyn ServedForms> {
+        None
     }
 }
 

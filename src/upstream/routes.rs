@@ -23,6 +23,9 @@ pub struct Upstream {
     pub default_window: Option<u64>,
     /// What Condenser does with the providers' own compaction APIs here.
     pub native_compaction: NativeCompaction,
+    /// Set once this upstream refused a forwarded native form as unknown:
+    /// `auto` serves the forms here from then on.
+    pub native_refused: std::sync::atomic::AtomicBool,
 }
 
 impl Upstream {
@@ -48,7 +51,13 @@ impl Upstream {
             protocol: settings.protocol,
             default_window: settings.default_context_window,
             native_compaction: settings.native_compaction,
+            native_refused: Default::default(),
         }))
+    }
+
+    /// The host of its base URL, as `auto` judges who made the API.
+    pub fn host(&self) -> &str {
+        self.base_url.host_str().unwrap_or_default()
     }
 
     /// This upstream's URL for `path` (appended to the base URL's own

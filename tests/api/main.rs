@@ -3,6 +3,7 @@
 
 mod admin;
 mod anthropic;
+mod anthropic_native;
 mod browser;
 mod codex;
 mod compaction;

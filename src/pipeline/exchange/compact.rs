@@ -102,7 +102,7 @@ impl Exchange {
     /// beats documentation; never above what the server gives the model
     /// (Ollama caps `num_ctx` at the trained length). A window learned
     /// smaller than the request's (a server that keeps half) stands.
-    fn model_size(&self) -> ModelSize {
+    pub(super) fn model_size(&self) -> ModelSize {
         let Incoming {
             adapter,
             request,

@@ -5,6 +5,8 @@
 //! in [`Exchange::run`].
 
 mod compact;
+mod on_demand;
+mod served;
 
 use super::budget::CompactionBudget;
 use super::persist::Persist;
@@ -53,6 +55,8 @@ pub struct Exchange {
     origin: genai::Origin,
     /// Upstream calls made for the client's request so far.
     attempts: u32,
+    /// The API's own context-management forms, forwarded or served.
+    native: served::Native,
 }
 
 /// What one attempt upstream came to.
@@ -62,6 +66,8 @@ enum Attempt {
     /// A context overflow, with the upstream's own error for the client if
     /// no compaction saves the request.
     Overflowed(OverflowSignal, Response),
+    /// A native form refused as unknown: the request is to be served.
+    Refused,
 }
 
 impl Exchange {
@@ -73,6 +79,12 @@ impl Exchange {
             &route.url,
             || conversation.id.to_hex(),
         );
+        let native = served::Native::new(
+            incoming.adapter,
+            &route.upstream,
+            &incoming.original,
+            &incoming.parts.headers,
+        );
         Self {
             state,
             incoming,
@@ -81,6 +93,7 @@ impl Exchange {
             report: Report::default(),
             origin,
             attempts: 0,
+            native,
         }
     }
 
@@ -91,6 +104,9 @@ impl Exchange {
     }
 
     pub async fn run(mut self) -> (Response, Report) {
+        if let Some(forms) = self.native.summary_asked(&self.incoming.request.body) {
+            return self.summary_on_demand(forms).await;
+        }
         let mut applied = self.stored_compaction();
         let mut budget = CompactionBudget::new(self.state.settings.compaction.max_compactions);
         loop {
@@ -117,8 +133,12 @@ impl Exchange {
                 }
             }
             let (signal, upstream_error) = match self.attempt(body).await {
-                Attempt::Answered(response) => return self.finish(response),
+                Attempt::Answered(response) => {
+                    let response = self.native.report(response).await;
+                    return self.finish(response);
+                }
                 Attempt::Overflowed(signal, error) => (signal, error),
+                Attempt::Refused => continue,
             };
             let current = applied.as_ref();
             let overflow = Trigger::Overflow;
@@ -199,6 +219,14 @@ impl Exchange {
                 genai::overflowed(span, status, &signal.signature.to_string());
                 self.note_overflow(&signal, &sent);
                 Attempt::Overflowed(signal, respond::buffered(status, &headers, body))
+            }
+            Inspected::Error { status, body, .. }
+                if self
+                    .native
+                    .refused(&self.incoming.route.upstream, status.as_u16(), &body) =>
+            {
+                genai::status(span, status);
+                Attempt::Refused
             }
             other => {
                 genai::status(span, status_of(&other));
@@ -284,8 +312,19 @@ impl Exchange {
         self.state.storage.memory().deepest_compaction(chain)
     }
 
+    /// The client's bytes unchanged unless a compaction applies or native
+    /// forms are served.
+    fn upstream_body(&mut self, applied: Option<&Compaction>) -> Bytes {
+        let body = self.rewritten_body(applied);
+        if !self.native.serves() {
+            return body;
+        }
+        let calibration = self.model_size().calibration.unwrap_or_default();
+        self.native.body(body, &|bytes| calibration.tokens(bytes))
+    }
+
     /// The client's bytes unchanged unless a compaction applies.
-    fn upstream_body(&self, applied: Option<&Compaction>) -> Bytes {
+    fn rewritten_body(&self, applied: Option<&Compaction>) -> Bytes {
         let Some(compaction) = applied else {
             return self.incoming.original.clone();
         };
@@ -314,6 +353,7 @@ impl Exchange {
         let mut outgoing = headers::request_headers(&self.incoming.parts.headers);
         let identity = HeaderValue::from_static("identity");
         outgoing.insert(http::header::ACCEPT_ENCODING, identity);
+        self.native.headers(&mut outgoing);
         outgoing
     }
 }

@@ -79,6 +79,12 @@ async fn respond(
     let Ok(mut request) = serde_json::from_slice::<Value>(&record.body) else {
         return malformed(protocol);
     };
+    if protocol == Protocol::Anthropic {
+        let mode = config.messages_mode;
+        if let Some(refused) = crate::messages_modes::refusal(mode, headers, &request) {
+            return error(protocol, StatusCode::BAD_REQUEST, &refused);
+        }
+    }
     if let Flavor::Azure { deployment } = flavor {
         request["model"] = deployment.as_str().into();
     }
@@ -145,10 +151,13 @@ async fn respond(
     if request["stream"] == true {
         sse::stream(protocol, &request, reply, &config)
     } else {
-        let body = match protocol {
+        let mut body = match protocol {
             Protocol::Responses => crate::responses::to_json(&request, &reply),
             _ => reply.to_json(protocol),
         };
+        if protocol == Protocol::Anthropic {
+            crate::messages_modes::decorate(config.messages_mode, &request, &mut body);
+        }
         axum::Json(body).into_response()
     }
 }

@@ -25,6 +25,8 @@ pub struct FakeConfig {
     /// Reasoning tokens every reasoning answer spends, whatever its effort;
     /// by default they grow with the effort (`models::reasoning_tokens`).
     pub reasoning_tokens: Option<u64>,
+    /// Who serves Anthropic Messages (`messages_modes.rs`).
+    pub messages_mode: MessagesMode,
     /// Ollama's `num_ctx` when a request sets none.
     pub ollama_context_window: u64,
     /// Chat Completions past the window is cut and answered 200, as
@@ -48,9 +50,23 @@ impl Default for FakeConfig {
             reply_text: None,
             summary_reply_tokens: 200,
             reasoning_tokens: None,
+            messages_mode: MessagesMode::default(),
             ollama_context_window: 4096,
             silent_truncation: false,
             record_requests: true,
         }
     }
+}
+
+/// Who serves Anthropic Messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MessagesMode {
+    /// The fake's long-standing behaviour: fields and flags it does not
+    /// model are ignored.
+    #[default]
+    Plain,
+    /// Anthropic: context management accepted and reported.
+    Anthropic,
+    /// A third-party service: Anthropic's betas and their fields refused.
+    ThirdParty,
 }

@@ -13,6 +13,7 @@ mod config;
 mod extras;
 mod gemini;
 mod gemini_rules;
+mod messages_modes;
 mod models;
 mod ollama;
 mod replies;
@@ -27,7 +28,7 @@ use axum::Router;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use config::FakeConfig;
+pub use config::{FakeConfig, MessagesMode};
 pub use state::{Protocol, RecordedRequest, RequestKind, Scripted};
 
 pub struct FakeUpstream {

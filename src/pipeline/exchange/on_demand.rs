@@ -1,0 +1,124 @@
+//! Step 7, compact, on the client's demand: a summary in place of a reply.
+//!
+//! An API whose clients may ask for a summary of the conversation instead
+//! of a reply (Anthropic's on-demand compaction) gets it from Condenser
+//! where the forms are served: the summary calls go through the same
+//! upstream and credential, and the answer has the API's own shape. The
+//! summary is Condenser's; a later request carrying it is rewritten by
+//! the served forms.
+
+use super::{Exchange, Incoming};
+use crate::compaction::{Summarizer, SummaryBudget, SummaryError};
+use crate::protocol::{ErrorClass, ErrorInfo, ServedForms, Usage};
+use axum::body::Body;
+use axum::response::Response;
+use http::{header, HeaderValue, StatusCode};
+
+use super::respond::Report;
+
+impl Exchange {
+    /// Writes the summary the request asks for and answers with it.
+    pub(super) async fn summary_on_demand(
+        mut self,
+        forms: &'static dyn ServedForms,
+    ) -> (Response, Report) {
+        if let Some(compacting) = &self.compacting {
+            let _ = compacting.send(true);
+        }
+        let settings = &self.state.settings.compaction;
+        let known = self.model_size();
+        let headers = self.outgoing_headers();
+        let Incoming {
+            adapter,
+            request,
+            route,
+            ..
+        } = &self.incoming;
+        let model = settings.summary_model.as_deref().unwrap_or(&request.model);
+        let requested = adapter.max_output_tokens(request).unwrap_or(u64::MAX);
+        let max_tokens = settings.summary_max_tokens.min(requested).max(1);
+        let calibration = known.calibration.unwrap_or_default();
+        let summarizer = Summarizer {
+            client: &self.state.upstream,
+            route,
+            headers: &headers,
+            adapter: *adapter,
+            request,
+            overflow: &self.state.overflow,
+            sizes: &self.state.sizes,
+            model,
+            budget: SummaryBudget {
+                window: known.window_tokens().unwrap_or(ON_DEMAND_WINDOW),
+                calibration,
+                max_tokens,
+                reasoning_tokens: 0,
+                max_calls: settings.max_summary_calls as usize,
+            },
+            timeout: settings.summary_timeout,
+            origin: &self.origin,
+            calls_made: Default::default(),
+        };
+        let entries = summarizer.transcript(request.messages());
+        let input_bytes: usize = entries.iter().map(String::len).sum();
+        let written = summarizer.summarize(max_tokens, None, &entries).await;
+        let usage = |text: &str| Usage {
+            input_tokens: calibration.tokens(input_bytes),
+            output_tokens: calibration.tokens(text.len()),
+            cached_tokens: 0,
+        };
+        let response = match written {
+            Ok(written) => self.summary_answer(forms, &written.text, usage(&written.text)),
+            Err(error) => self.summary_failed(&error),
+        };
+        self.finish(response)
+    }
+
+    /// The answer holding the summary; the request's messages are kept,
+    /// as for any answered request.
+    fn summary_answer(&mut self, forms: &dyn ServedForms, summary: &str, usage: Usage) -> Response {
+        let Incoming {
+            adapter,
+            request,
+            conversation,
+            ..
+        } = &self.incoming;
+        self.persist.accept(conversation, request);
+        let body = forms.summary_answer(&request.model, summary, usage, request.stream);
+        let content_type = if request.stream {
+            adapter.stream_content_type()
+        } else {
+            "application/json"
+        };
+        answer(StatusCode::OK, content_type, body)
+    }
+
+    /// A 502 in the API's error shape, saying why.
+    fn summary_failed(&mut self, error: &SummaryError) -> Response {
+        tracing::warn!(%error, "the summary asked for was not written");
+        self.report.compaction_error = Some(error.kind());
+        let provider = self.incoming.route.upstream.protocol.provider();
+        let message = format!("condenser: the summary was not written: {error}");
+        let body = provider.error_body(&ErrorInfo {
+            status: 502,
+            kind: "summary_failed",
+            message: &message,
+            class: ErrorClass::Server,
+        });
+        let body = body.to_string().into_bytes();
+        answer(StatusCode::BAD_GATEWAY, "application/json", body)
+    }
+}
+
+/// The window assumed for the summary calls of a model whose window is
+/// not known yet: the calls are refused and shrunk if it is smaller.
+const ON_DEMAND_WINDOW: u64 = 200_000;
+
+fn answer(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Response {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    let content_type = HeaderValue::from_static(content_type);
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, content_type);
+    response
+}
