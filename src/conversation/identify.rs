@@ -116,7 +116,7 @@ fn memoized_chain(
 
 /// The caller's credential as sent; hashed at once, never kept. Google's
 /// `?key=` arrives here as the `x-goog-api-key` it stands for.
-fn credential(headers: &HeaderMap) -> Option<&[u8]> {
+pub fn credential(headers: &HeaderMap) -> Option<&[u8]> {
     ["authorization", "x-api-key", "api-key", "x-goog-api-key"]
         .iter()
         .find_map(|name| headers.get(*name))

@@ -7,6 +7,7 @@
 pub mod budget;
 mod exchange;
 mod keepalive;
+mod native;
 mod observe;
 pub mod persist;
 mod respond;
@@ -28,6 +29,11 @@ pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -
     let adapter = route.adapter();
     let salt = state.settings.storage.tenant_salt.as_bytes();
     let credentials = query_key(&parts).unwrap_or_else(|| parts.headers.clone());
+    let (body, forwarded, serve_native) = match native::prepare(state, &route, &credentials, body) {
+        native::Native::Chat(body) => (body.clone(), body, false),
+        native::Native::Compact { body, original } => (body, original, true),
+        native::Native::Refused(response) => return response,
+    };
     let outlined = adapter.outline_at(body.clone(), parts.uri.path());
     let identified = outlined.and_then(|outline| {
         crate::conversation::identify::conversation(
@@ -42,7 +48,7 @@ pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -
     let Some((chat, conversation)) = identified else {
         let upstream = &state.upstream;
         return upstream
-            .forward(&route, parts.method, &parts.headers, body.into())
+            .forward(&route, parts.method, &parts.headers, forwarded.into())
             .await;
     };
     let chat = std::sync::Arc::new(chat);
@@ -66,7 +72,9 @@ pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -
         conversation,
     };
     let (compacting_tx, compacting_rx) = tokio::sync::watch::channel(false);
-    let exchange = Exchange::new(state.clone(), incoming, persist).signalling(compacting_tx);
+    let exchange = Exchange::new(state.clone(), incoming, persist)
+        .signalling(compacting_tx)
+        .serving_native(serve_native);
     let work = work::Work::new(
         observed.after(exchange.run()).in_current_span(),
         compacting_rx.clone(),

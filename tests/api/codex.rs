@@ -7,6 +7,8 @@
 
 use crate::helpers::agent::filler;
 use crate::helpers::app::{spawn_app_with, Options, TestApp, OPENAI_KEY};
+use crate::helpers::db::{both_backends, TestBackend};
+use condenser::protocol::SUMMARY_MARKER;
 use fake_upstream::RecordedRequest;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
@@ -70,6 +72,7 @@ async fn run_turn(home: &Path, workdir: &Path, number: usize) -> Vec<Value> {
         .current_dir(workdir)
         .env("CODEX_HOME", home)
         .env("CONDENSER_API_KEY", OPENAI_KEY)
+        .env("OPENAI_API_KEY", OPENAI_KEY)
         .stdin(std::process::Stdio::null())
         .output()
         .await
@@ -276,3 +279,84 @@ async fn keepalive_tap(target: SocketAddr, seen: Arc<AtomicUsize>) -> SocketAddr
     });
     addr
 }
+
+/// Codex as OpenAI's own client (`model_provider = "openai"`, the base URL
+/// at Condenser) compacts remotely: its `compaction_trigger` requests are
+/// answered by Condenser, against an upstream that does not know them, and
+/// the compaction items it sends back later are expanded into Condenser's
+/// summary message before they go upstream (issue 40).
+async fn codex_cli_as_openai_compacts_through_condenser(backend: TestBackend) {
+    let settings =
+        json!({"compaction": {"summary_max_tokens": 300, "keepalive_interval": "300ms"}});
+    let options = Options::on(backend)
+        .window(MODEL, WINDOW)
+        .settings(settings);
+    let app = spawn_app_with(options).await;
+    let home = tempfile::tempdir().expect("a CODEX_HOME");
+    let workdir = tempfile::tempdir().expect("a working directory");
+    let config = format!(
+        r#"model = "{MODEL}"
+model_provider = "openai"
+openai_base_url = "{}/v1"
+model_context_window = {WINDOW}
+model_auto_compact_token_limit = 11500
+
+[analytics]
+enabled = false
+
+[features]
+plugins = false
+"#,
+        app.address
+    );
+    std::fs::write(home.path().join("config.toml"), config).expect("writing the Codex config");
+    for number in 1..=TURNS {
+        let events = run_turn(home.path(), workdir.path(), number).await;
+        let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+        assert!(
+            kinds.contains(&"turn.completed") && !kinds.contains(&"turn.failed"),
+            "turn {number}: {events:?}"
+        );
+        let answered = events.iter().any(|e| {
+            e["item"]["type"] == "agent_message"
+                && e["item"]["text"].as_str().is_some_and(|t| !t.is_empty())
+        });
+        assert!(answered, "turn {number}: no answer in {events:?}");
+    }
+    let requests = app.upstream.requests();
+    for request in &requests {
+        let body = String::from_utf8_lossy(&request.body);
+        assert!(
+            !body.contains("compaction_trigger"),
+            "a compaction_trigger reached the upstream"
+        );
+        assert!(
+            !body.contains("\"encrypted_content\":\"condenser."),
+            "a compaction item reached the upstream"
+        );
+        assert!(
+            request.status == 200 || request.input_tokens.is_some(),
+            "refused for its shape: {body}"
+        );
+    }
+    let summaries = app.upstream.summary_requests().len();
+    assert!(
+        summaries >= 2,
+        "{summaries} compactions served over {TURNS} turns"
+    );
+    let expanded = app
+        .upstream
+        .chat_requests()
+        .iter()
+        .filter(|r| String::from_utf8_lossy(&r.body).contains(SUMMARY_MARKER))
+        .count();
+    assert!(expanded >= 1, "no compaction item came back expanded");
+    // Condenser answers the WebSocket upgrade 426: Codex falls back at once.
+    let websocket_attempts = requests.iter().filter(|r| r.method == "GET").count();
+    assert_eq!(
+        websocket_attempts, 0,
+        "WebSocket attempts reached the upstream"
+    );
+}
+
+both_backends!(codex_cli_as_openai_compacts_through_condenser);

@@ -102,7 +102,7 @@ impl Exchange {
     /// beats documentation; never above what the server gives the model
     /// (Ollama caps `num_ctx` at the trained length). A window learned
     /// smaller than the request's (a server that keeps half) stands.
-    fn model_size(&self) -> ModelSize {
+    pub(super) fn model_size(&self) -> ModelSize {
         let Incoming {
             adapter,
             request,
@@ -225,7 +225,7 @@ impl Exchange {
 
     /// Summary calls sized to the summarizer's own window when another
     /// model writes summaries, else to this request's.
-    fn summary_budget(
+    pub(super) fn summary_budget(
         &self,
         sizing: &Sizing,
         signal: &OverflowSignal,

@@ -5,6 +5,7 @@
 //! in [`Exchange::run`].
 
 mod compact;
+mod native;
 
 use super::budget::CompactionBudget;
 use super::persist::Persist;
@@ -53,6 +54,9 @@ pub struct Exchange {
     origin: genai::Origin,
     /// Upstream calls made for the client's request so far.
     attempts: u32,
+    /// The client asked for a compaction in its provider's own form:
+    /// Condenser answers it (`native.rs`).
+    serve_native: bool,
 }
 
 /// What one attempt upstream came to.
@@ -81,7 +85,14 @@ impl Exchange {
             report: Report::default(),
             origin,
             attempts: 0,
+            serve_native: false,
         }
+    }
+
+    /// Answers the request with a compaction instead of forwarding it.
+    pub fn serving_native(mut self, serve: bool) -> Self {
+        self.serve_native = serve;
+        self
     }
 
     /// Reports on `compacting` while a summary is written.
@@ -91,6 +102,9 @@ impl Exchange {
     }
 
     pub async fn run(mut self) -> (Response, Report) {
+        if self.serve_native {
+            return self.serve_native().await;
+        }
         let mut applied = self.stored_compaction();
         let mut budget = CompactionBudget::new(self.state.settings.compaction.max_compactions);
         loop {

@@ -10,6 +10,7 @@
 //! `conversation`) are not parsed: Condenser cannot rewrite what it does not
 //! see, so they go upstream byte for byte.
 
+mod native;
 mod outline;
 mod text;
 mod units;
@@ -192,6 +193,10 @@ impl Adapter for Responses {
     /// response, usage included.
     fn stream_usage(&self, event: &Value) -> Option<Usage> {
         self.usage(event.get("response")?.get("usage")?)
+    }
+
+    fn native(&self) -> Option<&dyn super::native::NativeForms> {
+        Some(self)
     }
 
     fn is_stream_preamble(&self, data: &str) -> bool {

@@ -1,0 +1,74 @@
+//! Step 2, identify: the providers' own compaction forms, before the chat
+//! pipeline sees the request.
+//!
+//! Per upstream (`native_compaction`): `forward` passes the forms
+//! untouched; `serve` answers them with Condenser's own summaries; `auto`
+//! forwards where the upstream is the provider that defines them and
+//! serves elsewhere. Whatever the setting, an item Condenser made is
+//! replaced by its summary message (no other server can read it), and one
+//! that claims to be Condenser's but does not open is refused.
+
+use crate::config::NativeCompaction;
+use crate::conversation::TenantId;
+use crate::error::ProxyError;
+use crate::protocol::native::{Asked, Sealed};
+use crate::state::AppState;
+use crate::upstream::routes::Route;
+use axum::response::Response;
+use bytes::Bytes;
+use http::HeaderMap;
+
+/// What the pipeline does with a request after this step.
+pub enum Native {
+    /// An ordinary chat request (Condenser's items expanded).
+    Chat(Bytes),
+    /// A compaction to answer: `body` without the ask, `original` as sent.
+    Compact { body: Bytes, original: Bytes },
+    /// Refused before anything is forwarded or stored.
+    Refused(Response),
+}
+
+pub fn prepare(state: &AppState, route: &Route, credentials: &HeaderMap, body: Bytes) -> Native {
+    let adapter = route.adapter();
+    let Some(forms) = adapter.native() else {
+        return Native::Chat(body);
+    };
+    let salt = state.settings.storage.tenant_salt.as_bytes();
+    let credential = crate::conversation::identify::credential(credentials);
+    let tenant = TenantId::from_credential(salt, credential);
+    let role = &state.settings.compaction.summary_role;
+    let key = &state.item_key;
+    let expanded = forms.expand(&body, &mut |content| {
+        let summary = Sealed::open(key, tenant.as_str(), content)?;
+        Ok(summary.map(|summary| adapter.summary_message(role, &summary)))
+    });
+    let body = match expanded {
+        Ok(Some(expanded)) => Bytes::from(expanded),
+        Ok(None) => body,
+        Err(forged) => {
+            metrics::counter!("condenser_forged_items_total").increment(1);
+            tracing::info!(error.message = %forged, "compaction item refused");
+            let error = ProxyError::ForgedItem(forged.to_string());
+            return Native::Refused(error.into_response_for(route.upstream.protocol));
+        }
+    };
+    if !serves(route, forms.defined_by(route.url.host_str().unwrap_or(""))) {
+        return Native::Chat(body);
+    }
+    match forms.asked(&body) {
+        Asked::Nothing => Native::Chat(body),
+        Asked::Compact { body: asked } => Native::Compact {
+            body: asked,
+            original: body,
+        },
+    }
+}
+
+/// Whether Condenser answers the forms on `route`'s upstream.
+fn serves(route: &Route, defined_here: bool) -> bool {
+    match route.upstream.native_compaction {
+        NativeCompaction::Forward => false,
+        NativeCompaction::Serve => true,
+        NativeCompaction::Auto => !defined_here,
+    }
+}

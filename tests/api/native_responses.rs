@@ -1,0 +1,204 @@
+//! Provider-native compaction in the Responses API, served by Condenser
+//! (issue 40): a `compaction_trigger` answered with one sealed compaction
+//! item, the item expanded into Condenser's summary message on the next
+//! request (on another instance too), forged items refused, and forward
+//! mode passing every form byte for byte.
+
+use crate::helpers::agent::filler;
+use crate::helpers::app::{spawn_app_with, Options, TestApp, OPENAI_KEY};
+use crate::helpers::db::{both_backends, TestBackend};
+use condenser::protocol::SUMMARY_MARKER;
+use pretty_assertions::assert_eq;
+use serde_json::{json, Value};
+
+const MODEL: &str = "gpt-5-codex";
+
+fn options(backend: TestBackend) -> Options {
+    Options::on(backend).settings(json!({"compaction": {"summary_max_tokens": 300}}))
+}
+
+fn user(text: &str) -> Value {
+    json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+}
+
+fn history() -> Vec<Value> {
+    vec![
+        user(&format!("Read this log: {}", filler(2_000, 1))),
+        json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Read it."}]}),
+        user("Now fix the bug."),
+    ]
+}
+
+fn triggered(stream: bool) -> Value {
+    let mut input = history();
+    input.push(json!({"type": "compaction_trigger"}));
+    json!({"model": MODEL, "instructions": "You are a coding agent.", "input": input, "store": false, "stream": stream})
+}
+
+/// The SSE events of a streamed answer.
+fn events(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str(data).ok())
+        .collect()
+}
+
+/// Asks for a compaction, streamed; returns the compaction item.
+async fn compaction_item(app: &TestApp) -> Value {
+    let response = app.post_responses(&triggered(true)).await;
+    assert_eq!(response.status(), 200);
+    let events = events(&response.text().await.expect("body"));
+    let done: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_item.done")
+        .collect();
+    assert_eq!(done.len(), 1, "{events:?}");
+    let completed = events.last().expect("events");
+    assert_eq!(completed["type"], "response.completed");
+    assert!(completed["response"]["usage"]["input_tokens"].as_u64() > Some(0));
+    let item = done[0]["item"].clone();
+    assert_eq!(item["type"], "compaction");
+    assert!(item["id"].is_string());
+    item
+}
+
+fn after_compaction(item: &Value) -> Value {
+    let input = vec![
+        user(&format!("Read this log: {}", filler(2_000, 1))),
+        user("Now fix the bug."),
+        json!({"type": "compaction", "encrypted_content": item["encrypted_content"]}),
+        user("And run the tests."),
+    ];
+    json!({"model": MODEL, "input": input, "store": false, "stream": false})
+}
+
+both_backends!(
+    a_compaction_trigger_is_answered_by_condenser,
+    a_compaction_item_comes_back_as_the_summary_message,
+    a_compaction_item_opens_on_another_instance,
+    an_altered_item_is_refused_and_nothing_is_stored,
+    an_item_of_another_key_is_refused,
+    forward_mode_passes_the_forms_untouched,
+);
+
+async fn a_compaction_trigger_is_answered_by_condenser(backend: TestBackend) {
+    let app = spawn_app_with(options(backend)).await;
+    let item = compaction_item(&app).await;
+    let sealed = item["encrypted_content"].as_str().expect("content");
+    assert!(sealed.starts_with("condenser.v1."), "{sealed}");
+    assert_eq!(app.upstream.summary_requests().len(), 1);
+    for request in app.upstream.requests() {
+        let body = String::from_utf8_lossy(&request.body);
+        assert!(!body.contains("compaction_trigger"), "{body}");
+    }
+    // Asked without streaming, the same answer as one JSON response.
+    let response = app.post_responses(&triggered(false)).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["object"], "response");
+    assert_eq!(body["status"], "completed");
+    let output = body["output"].as_array().expect("output");
+    assert_eq!(output.len(), 1);
+    assert_eq!(output[0]["type"], "compaction");
+    assert!(body["usage"]["total_tokens"].as_u64() > Some(0));
+}
+
+async fn a_compaction_item_comes_back_as_the_summary_message(backend: TestBackend) {
+    let app = spawn_app_with(options(backend)).await;
+    let item = compaction_item(&app).await;
+    let response = app.post_responses(&after_compaction(&item)).await;
+    let status = response.status();
+    assert_eq!(status, 200, "{}", response.text().await.unwrap_or_default());
+    let accepted = app.upstream.last_accepted().expect("accepted");
+    let input = accepted.json.expect("json")["input"].clone();
+    let input = input.as_array().expect("input");
+    // Invariant 1: the summary right after the system part (none here),
+    // then the messages Codex kept, in order.
+    assert_eq!(input.len(), 4);
+    let summary = input[0]["content"][0]["text"].as_str().expect("text");
+    assert!(summary.starts_with(SUMMARY_MARKER), "{summary}");
+    assert_eq!(input[0]["type"], "message");
+    assert_eq!(input[2], user("Now fix the bug."));
+    assert_eq!(input[3], user("And run the tests."));
+}
+
+async fn a_compaction_item_opens_on_another_instance(backend: TestBackend) {
+    let mut app = spawn_app_with(options(backend)).await;
+    let item = compaction_item(&app).await;
+    // A second instance on the same database (the first still runs).
+    app.restart().await;
+    let response = app.post_responses(&after_compaction(&item)).await;
+    assert_eq!(response.status(), 200);
+    let accepted = app.upstream.last_accepted().expect("accepted");
+    assert!(String::from_utf8_lossy(&accepted.body).contains(SUMMARY_MARKER));
+}
+
+async fn an_altered_item_is_refused_and_nothing_is_stored(backend: TestBackend) {
+    let app = spawn_app_with(options(backend)).await;
+    let item = compaction_item(&app).await;
+    let sealed = item["encrypted_content"].as_str().expect("content");
+    let mut altered = sealed.as_bytes().to_vec();
+    let index = altered.len() / 2;
+    altered[index] = if altered[index] == b'a' { b'b' } else { b'a' };
+    let altered = json!({"encrypted_content": String::from_utf8(altered).unwrap()});
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let stored = app.db.count("select count(*) from messages").await;
+    let seen = app.upstream.requests().len();
+    let response = app.post_responses(&after_compaction(&altered)).await;
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.expect("json");
+    assert_eq!(error["error"]["type"], "invalid_request_error", "{error}");
+    assert!(error["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("compaction item")));
+    assert_eq!(app.upstream.requests().len(), seen, "nothing forwarded");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(app.db.count("select count(*) from messages").await, stored);
+}
+
+async fn an_item_of_another_key_is_refused(backend: TestBackend) {
+    let settings = json!({"compaction": {"summary_max_tokens": 300, "item_key": "one"}});
+    let mut app = spawn_app_with(Options::on(backend).settings(settings)).await;
+    let item = compaction_item(&app).await;
+    app.reconfigure(json!({"compaction": {"item_key": "two"}}))
+        .await;
+    let response = app.post_responses(&after_compaction(&item)).await;
+    assert_eq!(response.status(), 400);
+    // Another credential (tenant) cannot open it either.
+    app.reconfigure(json!({"compaction": {"item_key": "one"}}))
+        .await;
+    let response = app
+        .client
+        .post(app.url("/v1/responses"))
+        .bearer_auth(format!("{OPENAI_KEY}-other"))
+        .json(&after_compaction(&item))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status(), 400);
+}
+
+async fn forward_mode_passes_the_forms_untouched(backend: TestBackend) {
+    let settings = json!({"upstreams": {"openai": {"native_compaction": "forward"}}});
+    let app = spawn_app_with(Options::on(backend).settings(settings)).await;
+    let body = serde_json::to_vec(&triggered(false)).unwrap();
+    let provider_item =
+        json!({"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAAABprovider"});
+    let mut later = after_compaction(&provider_item);
+    later["input"][2] = provider_item;
+    for body in [body, serde_json::to_vec(&later).unwrap()] {
+        let response = app
+            .client
+            .post(app.url("/v1/responses"))
+            .bearer_auth(OPENAI_KEY)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(response.status(), 200);
+        let received = app.upstream.requests().last().expect("forwarded").clone();
+        assert_eq!(received.body.as_ref(), body.as_slice(), "byte-identical");
+    }
+    assert!(app.upstream.summary_requests().is_empty());
+}
