@@ -29,9 +29,28 @@ pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -
     let adapter = route.adapter();
     let salt = state.settings.storage.tenant_salt.as_bytes();
     let credentials = query_key(&parts).unwrap_or_else(|| parts.headers.clone());
-    let (body, forwarded, serve_native) = match native::prepare(state, &route, &credentials, body) {
-        native::Native::Chat(body) => (body.clone(), body, false),
-        native::Native::Compact { body, original } => (body, original, true),
+    let prepared = native::prepare(state, &route, &credentials, body);
+    let prepared = match prepared {
+        native::Native::Forward(body) => {
+            let upstream = &state.upstream;
+            let method = parts.method.clone();
+            let sent = body.clone().into();
+            let response = upstream.forward(&route, method, &parts.headers, sent).await;
+            if !native::refused_as_unknown(&route, response.status()) {
+                return response;
+            }
+            native::prepare(state, &route, &credentials, body)
+        }
+        prepared => prepared,
+    };
+    let (body, forwarded, serve_native) = match prepared {
+        native::Native::Chat(body) => (body.clone(), body, None),
+        native::Native::Compact {
+            body,
+            original,
+            shape,
+        } => (body, original, Some(shape)),
+        native::Native::Forward(body) => (body.clone(), body, None),
         native::Native::Refused(response) => return response,
     };
     let outlined = adapter.outline_at(body.clone(), parts.uri.path());

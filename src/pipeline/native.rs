@@ -11,19 +11,26 @@
 use crate::config::NativeCompaction;
 use crate::conversation::TenantId;
 use crate::error::ProxyError;
-use crate::protocol::native::{Asked, Sealed};
+use crate::protocol::native::{Asked, Sealed, Shape};
 use crate::state::AppState;
 use crate::upstream::routes::Route;
 use axum::response::Response;
 use bytes::Bytes;
 use http::HeaderMap;
+use std::sync::atomic::Ordering::Relaxed;
 
 /// What the pipeline does with a request after this step.
 pub enum Native {
     /// An ordinary chat request (Condenser's items expanded).
     Chat(Bytes),
     /// A compaction to answer: `body` without the ask, `original` as sent.
-    Compact { body: Bytes, original: Bytes },
+    Compact {
+        body: Bytes,
+        original: Bytes,
+        shape: Shape,
+    },
+    /// Not Condenser's to handle: forwarded byte for byte.
+    Forward(Bytes),
     /// Refused before anything is forwarded or stored.
     Refused(Response),
 }
@@ -52,14 +59,15 @@ pub fn prepare(state: &AppState, route: &Route, credentials: &HeaderMap, body: B
             return Native::Refused(error.into_response_for(route.upstream.protocol));
         }
     };
-    if !serves(route, forms.defined_by(route.url.host_str().unwrap_or(""))) {
-        return Native::Chat(body);
-    }
-    match forms.asked(&body) {
+    let serve = serves(route, forms.defined_by(route.url.host_str().unwrap_or("")));
+    match forms.asked(route.url.path(), &body, serve) {
         Asked::Nothing => Native::Chat(body),
-        Asked::Compact { body: asked } => Native::Compact {
+        Asked::Rewritten { body } => Native::Chat(body),
+        Asked::Forward => Native::Forward(body),
+        Asked::Compact { body: asked, shape } => Native::Compact {
             body: asked,
             original: body,
+            shape,
         },
     }
 }
@@ -69,6 +77,23 @@ fn serves(route: &Route, defined_here: bool) -> bool {
     match route.upstream.native_compaction {
         NativeCompaction::Forward => false,
         NativeCompaction::Serve => true,
-        NativeCompaction::Auto => !defined_here,
+        NativeCompaction::Auto => !defined_here || route.upstream.native_refused.load(Relaxed),
     }
+}
+
+/// A compaction endpoint forwarded in `auto` mode and answered 404 or 405
+/// is one this upstream does not have: remembered, so this request and
+/// the later ones are served. Whether the request is now to be served.
+pub fn refused_as_unknown(route: &Route, status: http::StatusCode) -> bool {
+    let auto = route.upstream.native_compaction == NativeCompaction::Auto;
+    let unknown = matches!(status.as_u16(), 404 | 405);
+    if !(auto && unknown) {
+        return false;
+    }
+    tracing::info!(
+        upstream = %route.upstream.name,
+        "the upstream does not know a compaction endpoint: Condenser serves it from now on"
+    );
+    route.upstream.native_refused.store(true, Relaxed);
+    true
 }

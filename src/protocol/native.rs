@@ -102,7 +102,23 @@ pub enum Asked {
     /// Compact the conversation, answered with one compaction item. The
     /// body is the request without the form (the trigger removed), an
     /// ordinary chat request of the adapter.
-    Compact { body: bytes::Bytes },
+    Compact { body: bytes::Bytes, shape: Shape },
+    /// An ordinary chat request once a form Condenser serves by its own
+    /// compaction is removed (OpenAI's `context_management`).
+    Rewritten { body: bytes::Bytes },
+    /// A compaction endpoint not served here: forwarded byte for byte,
+    /// outside the chat pipeline.
+    Forward,
+}
+
+/// How a compaction is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// As the API's ordinary response, with one compaction item.
+    Response,
+    /// As the API's compaction endpoint answers (OpenAI's
+    /// `response.compaction`).
+    Compacted,
 }
 
 /// One API's native compaction forms.
@@ -111,9 +127,10 @@ pub trait NativeForms: Send + Sync {
     /// forwards to it).
     fn defined_by(&self, host: &str) -> bool;
 
-    /// Whether the request asks for a compaction, and the request without
-    /// the asking.
-    fn asked(&self, body: &[u8]) -> Asked;
+    /// Whether the request, sent to `path`, asks for a compaction, and the
+    /// request without the asking. `serve` says whether Condenser serves
+    /// the forms on this upstream.
+    fn asked(&self, path: &str, body: &[u8], serve: bool) -> Asked;
 
     /// The body with each of Condenser's items replaced by `expand` of its
     /// content (`Ok(Some(summary))`), `None` when it holds none; an item
@@ -125,7 +142,13 @@ pub trait NativeForms: Send + Sync {
     ) -> Result<Option<Vec<u8>>, Forged>;
 
     /// The answer to a compaction request: one item holding `sealed`.
-    fn answer(&self, request: &Value, sealed: &str, usage: (u64, u64)) -> (bool, Vec<u8>);
+    fn answer(
+        &self,
+        request: &Value,
+        shape: Shape,
+        sealed: &str,
+        usage: (u64, u64),
+    ) -> (bool, Vec<u8>);
 }
 
 #[cfg(test)]

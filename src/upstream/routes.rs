@@ -23,6 +23,9 @@ pub struct Upstream {
     pub default_window: Option<u64>,
     /// What Condenser does with the providers' own compaction APIs here.
     pub native_compaction: NativeCompaction,
+    /// In `auto` mode, this upstream refused a forwarded compaction call
+    /// as unknown: Condenser serves them from then on (this process).
+    pub native_refused: std::sync::atomic::AtomicBool,
 }
 
 impl Upstream {
@@ -48,6 +51,7 @@ impl Upstream {
             protocol: settings.protocol,
             default_window: settings.default_context_window,
             native_compaction: settings.native_compaction,
+            native_refused: Default::default(),
         }))
     }
 
@@ -255,12 +259,14 @@ mod tests {
     }
 
     #[test]
-    fn responses_have_their_own_endpoint_and_its_sub_paths_pass_through() {
+    fn responses_and_compact_have_their_own_endpoint_and_other_sub_paths_pass_through() {
         let route = resolve(Method::POST, "/v1/responses", None);
         assert_eq!(route.endpoint, Endpoint::Responses);
         assert_eq!(route.url.as_str(), "https://api.openai.com/v1/responses");
         assert_eq!(route.upstream.protocol, openai::PROTOCOL);
-        for path in ["/v1/responses/compact", "/v1/responses/resp_1/cancel"] {
+        let compact = resolve(Method::POST, "/v1/responses/compact", None);
+        assert_eq!(compact.endpoint, Endpoint::Responses);
+        for path in ["/v1/responses/resp_1/cancel"] {
             assert_eq!(
                 resolve(Method::POST, path, None).endpoint,
                 Endpoint::Passthrough

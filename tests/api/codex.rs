@@ -53,9 +53,19 @@ plugins = false
 /// `--json` events.
 async fn run_turn(home: &Path, workdir: &Path, number: usize) -> Vec<Value> {
     // A user pasting a log: each turn grows the history by ~600 tokens.
+    run_turn_pasting(home, workdir, number, 2_400).await
+}
+
+/// A turn whose prompt pastes `log_bytes` of log.
+async fn run_turn_pasting(
+    home: &Path,
+    workdir: &Path,
+    number: usize,
+    log_bytes: usize,
+) -> Vec<Value> {
     let prompt = format!(
         "Turn {number}: read this log. [tools]\n{}",
-        filler(2_400, number)
+        filler(log_bytes, number)
     );
     let mut command = tokio::process::Command::new(codex());
     command.args([
@@ -72,8 +82,8 @@ async fn run_turn(home: &Path, workdir: &Path, number: usize) -> Vec<Value> {
         .current_dir(workdir)
         .env("CODEX_HOME", home)
         .env("CONDENSER_API_KEY", OPENAI_KEY)
-        .env("OPENAI_API_KEY", OPENAI_KEY)
         .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
         .output()
         .await
         .expect("codex runs");
@@ -310,8 +320,39 @@ plugins = false
         app.address
     );
     std::fs::write(home.path().join("config.toml"), config).expect("writing the Codex config");
+    // The built-in provider's credential, as `codex login --with-api-key` keeps it.
+    let auth = json!({"auth_mode": "apikey", "OPENAI_API_KEY": OPENAI_KEY});
+    std::fs::write(home.path().join("auth.json"), auth.to_string()).expect("writing auth.json");
     for number in 1..=TURNS {
-        let events = run_turn(home.path(), workdir.path(), number).await;
+        // Codex keeps every user message through its compactions: short
+        // prompts, so what compaction removes (tool rounds, answers) is
+        // what grows.
+        let turn = run_turn_pasting(home.path(), workdir.path(), number, 200);
+        let Ok(events) = tokio::time::timeout(Duration::from_secs(120), turn).await else {
+            let seen: Vec<String> = app
+                .upstream
+                .requests()
+                .iter()
+                .map(|r| {
+                    let last = r
+                        .json
+                        .as_ref()
+                        .and_then(|j| j["input"].as_array()?.last().cloned());
+                    let kind = last.map(|l| l["type"].to_string()).unwrap_or_default();
+                    format!(
+                        "{} {} {} {} {kind}",
+                        r.method,
+                        r.path,
+                        r.status,
+                        r.body.len()
+                    )
+                })
+                .collect();
+            panic!(
+                "turn {number} did not end; the upstream saw:\n{}",
+                seen.join("\n")
+            );
+        };
         let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
         assert!(
             kinds.contains(&"turn.completed") && !kinds.contains(&"turn.failed"),

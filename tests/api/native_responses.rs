@@ -79,6 +79,9 @@ both_backends!(
     an_altered_item_is_refused_and_nothing_is_stored,
     an_item_of_another_key_is_refused,
     forward_mode_passes_the_forms_untouched,
+    the_compact_endpoint_is_answered_by_condenser,
+    forward_mode_passes_the_compact_endpoint_untouched,
+    context_management_is_removed_where_condenser_serves,
 );
 
 async fn a_compaction_trigger_is_answered_by_condenser(backend: TestBackend) {
@@ -201,4 +204,97 @@ async fn forward_mode_passes_the_forms_untouched(backend: TestBackend) {
         assert_eq!(received.body.as_ref(), body.as_slice(), "byte-identical");
     }
     assert!(app.upstream.summary_requests().is_empty());
+}
+
+/// `POST /v1/responses/compact` as `client.responses.compact` sends it.
+async fn compact(app: &TestApp, body: &Value) -> reqwest::Response {
+    app.client
+        .post(app.url("/v1/responses/compact"))
+        .bearer_auth(OPENAI_KEY)
+        .json(body)
+        .send()
+        .await
+        .expect("sent")
+}
+
+async fn the_compact_endpoint_is_answered_by_condenser(backend: TestBackend) {
+    let app = spawn_app_with(options(backend)).await;
+    let asked =
+        json!({"model": MODEL, "instructions": "You are a coding agent.", "input": history()});
+    let response = compact(&app, &asked).await;
+    let status = response.status();
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["object"], "response.compaction");
+    assert!(body["id"].is_string() && body["created_at"].is_u64());
+    assert!(body["usage"]["input_tokens"].as_u64() > Some(0));
+    let output = body["output"].as_array().expect("output");
+    // Every user message, then one compaction item.
+    assert_eq!(output.len(), 3, "{body}");
+    assert_eq!(output[0], history()[0]);
+    assert_eq!(output[1], history()[2]);
+    assert_eq!(output[2]["type"], "compaction");
+    let summaries = app.upstream.summary_requests();
+    assert_eq!(summaries.len(), 1);
+    assert!(
+        summaries[0].path.ends_with("/responses"),
+        "{}",
+        summaries[0].path
+    );
+    assert!(app
+        .upstream
+        .requests()
+        .iter()
+        .all(|r| !r.path.ends_with("/compact")));
+    // The session goes on with the compacted output as its input; compacted
+    // again, the old summary is folded in, not kept as a user message.
+    let mut input = output.clone();
+    input.push(user("Run the tests."));
+    let next = json!({"model": MODEL, "input": input, "store": false});
+    let response = app.post_responses(&next).await;
+    assert_eq!(response.status(), 200);
+    let accepted = app.upstream.last_accepted().expect("accepted");
+    assert!(String::from_utf8_lossy(&accepted.body).contains(SUMMARY_MARKER));
+    let again = compact(&app, &json!({"model": MODEL, "input": input})).await;
+    let again: Value = again.json().await.expect("json");
+    let output = again["output"].as_array().expect("output");
+    assert_eq!(output.len(), 4, "{again}");
+    assert_eq!(output[3]["type"], "compaction");
+}
+
+async fn forward_mode_passes_the_compact_endpoint_untouched(backend: TestBackend) {
+    let settings = json!({"upstreams": {"openai": {"native_compaction": "forward"}}});
+    let app = spawn_app_with(Options::on(backend).settings(settings)).await;
+    let asked = json!({"model": MODEL, "input": history()});
+    let response = compact(&app, &asked).await;
+    let received = app.upstream.requests().last().expect("forwarded").clone();
+    assert!(received.path.ends_with("/responses/compact"));
+    assert_eq!(
+        received.body.as_ref(),
+        serde_json::to_vec(&asked).unwrap().as_slice()
+    );
+    assert_eq!(response.status().as_u16(), received.status);
+    assert!(app.upstream.summary_requests().is_empty());
+}
+
+async fn context_management_is_removed_where_condenser_serves(backend: TestBackend) {
+    let app = spawn_app_with(options(backend)).await;
+    let mut body = json!({"model": MODEL, "input": history(), "store": false});
+    body["context_management"] = json!([{"type": "compaction", "compact_threshold": 1000}]);
+    let response = app.post_responses(&body).await;
+    assert_eq!(response.status(), 200);
+    let accepted = app.upstream.last_accepted().expect("accepted");
+    assert!(accepted
+        .json
+        .expect("json")
+        .get("context_management")
+        .is_none());
+    // Forwarded, the third-party server refuses the field.
+    let mut app = app;
+    app.reconfigure(json!({"upstreams": {"openai": {"native_compaction": "forward"}}}))
+        .await;
+    let response = app.post_responses(&body).await;
+    assert_eq!(response.status(), 400);
+    let error = response.text().await.unwrap_or_default();
+    assert!(error.contains("Extra inputs are not permitted"), "{error}");
 }

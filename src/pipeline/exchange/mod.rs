@@ -16,6 +16,7 @@ use crate::domain::{Compaction, Trigger};
 use crate::error::ProxyError;
 use crate::overflow::inspect::{inspect, Inspected};
 use crate::overflow::OverflowSignal;
+use crate::protocol::native::Shape;
 use crate::protocol::{Adapter, ChatRequest};
 use crate::state::AppState;
 use crate::telemetry::genai;
@@ -56,7 +57,7 @@ pub struct Exchange {
     attempts: u32,
     /// The client asked for a compaction in its provider's own form:
     /// Condenser answers it (`native.rs`).
-    serve_native: bool,
+    serve_native: Option<Shape>,
 }
 
 /// What one attempt upstream came to.
@@ -85,12 +86,12 @@ impl Exchange {
             report: Report::default(),
             origin,
             attempts: 0,
-            serve_native: false,
+            serve_native: None,
         }
     }
 
     /// Answers the request with a compaction instead of forwarding it.
-    pub fn serving_native(mut self, serve: bool) -> Self {
+    pub fn serving_native(mut self, serve: Option<Shape>) -> Self {
         self.serve_native = serve;
         self
     }
@@ -102,8 +103,8 @@ impl Exchange {
     }
 
     pub async fn run(mut self) -> (Response, Report) {
-        if self.serve_native {
-            return self.serve_native().await;
+        if let Some(shape) = self.serve_native {
+            return self.serve_native(shape).await;
         }
         let mut applied = self.stored_compaction();
         let mut budget = CompactionBudget::new(self.state.settings.compaction.max_compactions);

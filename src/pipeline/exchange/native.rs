@@ -11,7 +11,7 @@ use super::{Exchange, Incoming};
 use crate::compaction::{Sizing, Summarizer};
 use crate::error::ProxyError;
 use crate::overflow::{OverflowCause, OverflowSignal, SignatureName};
-use crate::protocol::native::Sealed;
+use crate::protocol::native::{Sealed, Shape};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
@@ -19,7 +19,7 @@ use super::super::respond::Report;
 
 impl Exchange {
     /// Summarizes the conversation and answers with one compaction item.
-    pub(super) async fn serve_native(mut self) -> (Response, Report) {
+    pub(super) async fn serve_native(mut self, shape: Shape) -> (Response, Report) {
         if let Some(compacting) = &self.compacting {
             let _ = compacting.send(true);
         }
@@ -48,7 +48,7 @@ impl Exchange {
         let Some(forms) = adapter.native() else {
             return self.finish(ProxyError::Internal.into_response_for(protocol));
         };
-        let (streamed, answer) = forms.answer(&body, &sealed, (input, output));
+        let (streamed, answer) = forms.answer(&body, shape, &sealed, (input, output));
         let content_type = match streamed {
             true => adapter.stream_content_type(),
             false => "application/json",

@@ -10,12 +10,18 @@
 //! Condenser's own summary message before the request goes upstream.
 
 use super::Responses;
-use crate::protocol::native::{Asked, Forged, NativeForms};
+use crate::protocol::native::{Asked, Forged, NativeForms, Shape};
+use crate::protocol::SUMMARY_MARKER;
 use serde_json::{json, Map, Value};
 
 /// Item types that ask the provider to compact, and that hold a compaction.
 const TRIGGER: &str = "compaction_trigger";
 const COMPACTION_ITEMS: &[&str] = &["compaction", "compaction_summary"];
+/// The field that asks for server-side compaction past a threshold
+/// (developers.openai.com, compaction guide).
+const CONTEXT_MANAGEMENT: &str = "context_management";
+/// OpenAI's compaction endpoint (openai-python `responses.compact`).
+pub const COMPACT_PATH: &str = "/responses/compact";
 
 /// Hosts of the provider that defines these forms: OpenAI, and Azure
 /// OpenAI (`*.openai.azure.com`, `*.cognitiveservices.azure.com`).
@@ -33,22 +39,49 @@ impl NativeForms for Responses {
             .any(|defining| host == defining.trim_start_matches('.') || host.ends_with(defining))
     }
 
-    fn asked(&self, body: &[u8]) -> Asked {
-        if memchr::memmem::find(body, TRIGGER.as_bytes()).is_none() {
+    /// `POST …/responses/compact` (openai-python `responses.compact`),
+    /// or a request whose last input item is the trigger.
+    fn asked(&self, path: &str, body: &[u8], serve: bool) -> Asked {
+        if path.ends_with(COMPACT_PATH) {
+            return match serve {
+                true => Asked::Compact {
+                    body: bytes::Bytes::copy_from_slice(body),
+                    shape: Shape::Compacted,
+                },
+                false => Asked::Forward,
+            };
+        }
+        let trigger = memchr::memmem::find(body, TRIGGER.as_bytes()).is_some();
+        let managed = memchr::memmem::find(body, CONTEXT_MANAGEMENT.as_bytes()).is_some();
+        if !serve || !(trigger || managed) {
             return Asked::Nothing;
         }
         let Ok(Value::Object(mut request)) = serde_json::from_slice::<Value>(body) else {
             return Asked::Nothing;
         };
-        let Some(Value::Array(input)) = request.get_mut("input") else {
-            return Asked::Nothing;
+        // Servers that do not know the field refuse it; Condenser's own
+        // compaction keeps the conversation within the window instead.
+        let stripped = request.remove(CONTEXT_MANAGEMENT).is_some();
+        let asks = match request.get_mut("input") {
+            Some(Value::Array(input)) => {
+                let last = input.last().and_then(|item| item.get("type")?.as_str());
+                let asks = last == Some(TRIGGER);
+                if asks {
+                    input.pop();
+                }
+                asks
+            }
+            _ => false,
         };
-        if input.last().and_then(|item| item.get("type")?.as_str()) != Some(TRIGGER) {
-            return Asked::Nothing;
+        let body = bytes::Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
+        match (asks, stripped) {
+            (true, _) => Asked::Compact {
+                body,
+                shape: Shape::Response,
+            },
+            (false, true) => Asked::Rewritten { body },
+            (false, false) => Asked::Nothing,
         }
-        input.pop();
-        let body = serde_json::to_vec(&request).unwrap_or_default();
-        Asked::Compact { body: body.into() }
     }
 
     fn expand(
@@ -90,11 +123,21 @@ impl NativeForms for Responses {
 
     /// The response OpenAI gives a compaction: one `compaction` item, then
     /// `response.completed`, streamed when the request streams.
-    fn answer(&self, request: &Value, sealed: &str, usage: (u64, u64)) -> (bool, Vec<u8>) {
+    fn answer(
+        &self,
+        request: &Value,
+        shape: Shape,
+        sealed: &str,
+        usage: (u64, u64),
+    ) -> (bool, Vec<u8>) {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let item =
             json!({"id": format!("cmp_{id}"), "type": "compaction", "encrypted_content": sealed});
         let mut response = completed_response(request, &id, usage);
+        if shape == Shape::Compacted {
+            let compacted = compacted(response, request, item);
+            return (false, compacted.to_string().into_bytes());
+        }
         let stream = request.get("stream").and_then(Value::as_bool) == Some(true);
         if !stream {
             response["output"] = json!([item]);
@@ -118,6 +161,32 @@ impl NativeForms for Responses {
         }
         (true, body.into_bytes())
     }
+}
+
+/// The compaction endpoint's answer: `{id, created_at, object:
+/// "response.compaction", output: [every user message…, one compaction
+/// item], usage}` (openai-python `compacted_response.py`). A summary
+/// message Condenser expanded is not a user's message: the item stands
+/// for it.
+fn compacted(response: Value, request: &Value, item: Value) -> Value {
+    let input = match &request["input"] {
+        Value::String(text) => vec![json!({"type": "message", "role": "user", "content": text})],
+        Value::Array(items) => items.clone(),
+        _ => Vec::new(),
+    };
+    let mut output: Vec<Value> = input
+        .into_iter()
+        .filter(|item| item.get("role").and_then(Value::as_str) == Some("user"))
+        .filter(|item| !crate::protocol::text_of(item.get("content")).starts_with(SUMMARY_MARKER))
+        .collect();
+    output.push(item);
+    json!({
+        "id": response["id"],
+        "created_at": response["created_at"],
+        "object": "response.compaction",
+        "output": output,
+        "usage": response["usage"],
+    })
 }
 
 /// A `system` or `developer` message, of the system part when it opens
@@ -170,14 +239,16 @@ mod tests {
     #[test]
     fn a_trailing_trigger_asks_and_is_removed() {
         let body = json!({"model": "m", "input": [{"type": "message", "role": "user", "content": "hi"}, {"type": "compaction_trigger"}]});
-        let Asked::Compact { body: asked } = Responses.asked(body.to_string().as_bytes()) else {
+        let Asked::Compact { body: asked, .. } =
+            Responses.asked("/v1/responses", body.to_string().as_bytes(), true)
+        else {
             panic!("a compaction request");
         };
         let asked: Value = serde_json::from_slice(&asked).unwrap();
         assert_eq!(asked["input"].as_array().unwrap().len(), 1);
         let elsewhere = json!({"input": [{"type": "compaction_trigger"}, {"type": "message", "role": "user", "content": "hi"}]});
         assert_eq!(
-            Responses.asked(elsewhere.to_string().as_bytes()),
+            Responses.asked("/v1/responses", elsewhere.to_string().as_bytes(), true),
             Asked::Nothing
         );
     }
@@ -210,8 +281,8 @@ mod tests {
 
     #[test]
     fn a_streamed_answer_has_exactly_one_item_done_then_completed() {
-        let (streamed, body) =
-            Responses.answer(&json!({"model": "m", "stream": true}), "sealed", (10, 2));
+        let request = json!({"model": "m", "stream": true});
+        let (streamed, body) = Responses.answer(&request, Shape::Response, "sealed", (10, 2));
         assert!(streamed);
         let text = String::from_utf8(body).unwrap();
         assert_eq!(text.matches("event: response.output_item.done").count(), 1);
@@ -222,6 +293,53 @@ mod tests {
         assert_eq!(
             completed["response"]["output"][0]["encrypted_content"],
             "sealed"
+        );
+    }
+}
+
+#[cfg(test)]
+mod compact_tests {
+    use super::*;
+
+    #[test]
+    fn context_management_is_removed_where_condenser_serves() {
+        let body = json!({"model": "m", "context_management": [{"type": "compaction", "compact_threshold": 2000}], "input": "hi"});
+        let body = body.to_string();
+        let Asked::Rewritten { body: stripped } =
+            Responses.asked("/v1/responses", body.as_bytes(), true)
+        else {
+            panic!("rewritten");
+        };
+        let stripped: Value = serde_json::from_slice(&stripped).unwrap();
+        assert!(stripped.get("context_management").is_none());
+        assert_eq!(stripped["input"], "hi");
+        assert_eq!(
+            Responses.asked("/v1/responses", body.as_bytes(), false),
+            Asked::Nothing
+        );
+    }
+
+    #[test]
+    fn the_compact_endpoint_answers_user_messages_then_the_item() {
+        let request = json!({"model": "m", "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "[condenser:summary] old"}]},
+            {"type": "message", "role": "user", "content": "first"},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
+            {"role": "user", "content": "second"},
+        ]});
+        let (streamed, body) = Responses.answer(&request, Shape::Compacted, "sealed", (10, 2));
+        assert!(!streamed);
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["object"], "response.compaction");
+        let output = body["output"].as_array().unwrap();
+        assert_eq!(output.len(), 3);
+        assert_eq!(output[0]["content"], "first");
+        assert_eq!(output[1]["content"], "second");
+        assert_eq!(output[2]["type"], "compaction");
+        assert!(body["created_at"].is_u64() && body["usage"]["input_tokens"] == 10);
+        assert_eq!(
+            Responses.asked("/v1/responses/compact", b"{}", false),
+            Asked::Forward
         );
     }
 }
