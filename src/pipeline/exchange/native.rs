@@ -42,7 +42,11 @@ impl Exchange {
         self.report.compactions = 1;
         metrics::counter!("condenser_native_compactions_total").increment(1);
         let sealed = Sealed::seal(&self.state.item_key, conversation.tenant.as_str(), &summary);
-        let body = Value::Object(request.body.clone());
+        // The request as the client sent it (its ask removed): the body
+        // alone may hold the input as spans.
+        let original = &self.incoming.original;
+        let body = serde_json::from_slice(original)
+            .unwrap_or_else(|_| Value::Object(request.body.clone()));
         let input = self.report.sent_bytes as u64 / 4;
         let output = summary.len() as u64 / 4;
         let Some(forms) = adapter.native() else {
