@@ -27,47 +27,19 @@ pub use keepalive::KEEPALIVE_COMMENT;
 
 pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -> Response {
     let adapter = route.adapter();
-    let salt = state.settings.storage.tenant_salt.as_bytes();
     let credentials = query_key(&parts).unwrap_or_else(|| parts.headers.clone());
-    let prepared = native::prepare(state, &route, &credentials, body);
-    let prepared = match prepared {
-        native::Native::Forward(body) => {
-            let upstream = &state.upstream;
-            let method = parts.method.clone();
-            let sent = body.clone().into();
-            let response = upstream.forward(&route, method, &parts.headers, sent).await;
-            if !native::refused_as_unknown(&route, response.status()) {
-                return response;
-            }
-            native::prepare(state, &route, &credentials, body)
-        }
-        prepared => prepared,
-    };
-    let (body, forwarded, serve_native) = match prepared {
-        native::Native::Chat(body) => (body.clone(), body, None),
-        native::Native::Compact {
-            body,
-            original,
-            shape,
-        } => (body, original, Some(shape)),
-        native::Native::Forward(body) => (body.clone(), body, None),
-        native::Native::Refused(response) => return response,
-    };
-    let outlined = adapter.outline_at(body.clone(), parts.uri.path());
-    let identified = outlined.and_then(|outline| {
-        crate::conversation::identify::conversation(
-            adapter,
-            salt,
-            &credentials,
-            outline,
-            Some(&state.chain_memo),
-        )
-    });
+    let (body, forwarded, serve_native) =
+        match native::prepared(state, &route, &parts, &credentials, body).await {
+            Ok(prepared) => prepared,
+            Err(response) => return response,
+        };
+    let identified = identify(state, adapter, &credentials, &body, parts.uri.path());
     // Invariant 9: what Condenser cannot parse goes upstream unchanged.
     let Some((chat, conversation)) = identified else {
-        let upstream = &state.upstream;
-        return upstream
-            .forward(&route, parts.method, &parts.headers, forwarded.into())
+        let (method, headers) = (parts.method, &parts.headers);
+        return state
+            .upstream
+            .forward(&route, method, headers, forwarded.into())
             .await;
     };
     let chat = std::sync::Arc::new(chat);
@@ -106,6 +78,24 @@ pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -
         std::time::Duration::ZERO
     };
     keepalive::respond(work, compacting_rx, keepalive_interval, speaks).await
+}
+
+/// Step 2: the request's tenant, chain and conversation; `None` for a body
+/// this adapter cannot parse.
+fn identify(
+    state: &AppState,
+    adapter: &'static dyn crate::protocol::Adapter,
+    credentials: &http::HeaderMap,
+    body: &Bytes,
+    path: &str,
+) -> Option<(
+    crate::protocol::ChatRequest,
+    crate::conversation::Conversation,
+)> {
+    let salt = state.settings.storage.tenant_salt.as_bytes();
+    let outline = adapter.outline_at(body.clone(), path)?;
+    let memo = Some(&*state.chain_memo);
+    crate::conversation::identify::conversation(adapter, salt, credentials, outline, memo)
 }
 
 /// Google's APIs also take the key as `?key=`: identity reads it as the

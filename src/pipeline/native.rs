@@ -16,11 +16,12 @@ use crate::state::AppState;
 use crate::upstream::routes::Route;
 use axum::response::Response;
 use bytes::Bytes;
+use http::request::Parts;
 use http::HeaderMap;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// What the pipeline does with a request after this step.
-pub enum Native {
+enum Native {
     /// An ordinary chat request (Condenser's items expanded).
     Chat(Bytes),
     /// A compaction to answer: `body` without the ask, `original` as sent.
@@ -35,7 +36,40 @@ pub enum Native {
     Refused(Response),
 }
 
-pub fn prepare(state: &AppState, route: &Route, credentials: &HeaderMap, body: Bytes) -> Native {
+/// The body the chat pipeline works on, the body forwarded should it not
+/// parse, and the compaction to answer if one is asked; or the response,
+/// when this step already has it.
+pub async fn prepared(
+    state: &AppState,
+    route: &Route,
+    parts: &Parts,
+    credentials: &HeaderMap,
+    body: Bytes,
+) -> Result<(Bytes, Bytes, Option<Shape>), Response> {
+    let prepared = match prepare(state, route, credentials, body) {
+        Native::Forward(body) => {
+            let (method, sent) = (parts.method.clone(), body.clone().into());
+            let upstream = &state.upstream;
+            let response = upstream.forward(route, method, &parts.headers, sent).await;
+            if !refused_as_unknown(route, response.status()) {
+                return Err(response);
+            }
+            prepare(state, route, credentials, body)
+        }
+        prepared => prepared,
+    };
+    match prepared {
+        Native::Chat(body) | Native::Forward(body) => Ok((body.clone(), body, None)),
+        Native::Compact {
+            body,
+            original,
+            shape,
+        } => Ok((body, original, Some(shape))),
+        Native::Refused(response) => Err(response),
+    }
+}
+
+fn prepare(state: &AppState, route: &Route, credentials: &HeaderMap, body: Bytes) -> Native {
     let adapter = route.adapter();
     let Some(forms) = adapter.native() else {
         return Native::Chat(body);
@@ -84,7 +118,7 @@ fn serves(route: &Route, defined_here: bool) -> bool {
 /// A compaction endpoint forwarded in `auto` mode and answered 404 or 405
 /// is one this upstream does not have: remembered, so this request and
 /// the later ones are served. Whether the request is now to be served.
-pub fn refused_as_unknown(route: &Route, status: http::StatusCode) -> bool {
+fn refused_as_unknown(route: &Route, status: http::StatusCode) -> bool {
     let auto = route.upstream.native_compaction == NativeCompaction::Auto;
     let unknown = matches!(status.as_u16(), 404 | 405);
     if !(auto && unknown) {

@@ -162,17 +162,17 @@ mod tests {
     #[test]
     fn a_sealed_summary_opens_for_its_tenant_and_key_only() {
         let key = ItemKey::new([7; 32]);
-        let sealed = Sealed::seal(&key, &tenant("a"), "the summary");
+        let sealed = Sealed::seal(&key, tenant("a"), "the summary");
         assert!(sealed.starts_with(SEALED_PREFIX));
-        let opened = Sealed::open(&key, &tenant("a"), &sealed);
+        let opened = Sealed::open(&key, tenant("a"), &sealed);
         assert_eq!(opened, Ok(Some("the summary".into())));
         let other_key = ItemKey::new([8; 32]);
         assert_eq!(
-            Sealed::open(&other_key, &tenant("a"), &sealed),
+            Sealed::open(&other_key, tenant("a"), &sealed),
             Err(Forged::Signature)
         );
         assert_eq!(
-            Sealed::open(&key, &tenant("b"), &sealed),
+            Sealed::open(&key, tenant("b"), &sealed),
             Err(Forged::Signature)
         );
     }
@@ -180,24 +180,24 @@ mod tests {
     #[test]
     fn one_byte_changed_anywhere_is_refused() {
         let key = ItemKey::new([7; 32]);
-        let sealed = Sealed::seal(&key, &tenant("a"), "the summary");
+        let sealed = Sealed::seal(&key, tenant("a"), "the summary");
         for index in SEALED_PREFIX.len()..sealed.len() {
             let mut bytes = sealed.clone().into_bytes();
             bytes[index] = if bytes[index] == b'0' { b'1' } else { b'0' };
-            let altered = String::from_utf8(bytes).unwrap();
+            let altered = String::from_utf8(bytes).expect("ascii");
             if altered == sealed {
                 continue;
             }
-            assert!(Sealed::open(&key, &tenant("a"), &altered).is_err());
+            assert!(Sealed::open(&key, tenant("a"), &altered).is_err());
         }
     }
 
     #[test]
     fn items_condenser_did_not_make_are_not_its_business() {
         let key = ItemKey::new([7; 32]);
-        assert_eq!(Sealed::open(&key, &tenant("a"), "gAAAAABo…"), Ok(None));
+        assert_eq!(Sealed::open(&key, tenant("a"), "gAAAAABo…"), Ok(None));
         assert_eq!(
-            Sealed::open(&key, &tenant("a"), "condenser.v9.00.00"),
+            Sealed::open(&key, tenant("a"), "condenser.v9.00.00"),
             Err(Forged::Version)
         );
     }

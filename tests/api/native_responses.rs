@@ -143,7 +143,7 @@ async fn an_altered_item_is_refused_and_nothing_is_stored(backend: TestBackend) 
     let mut altered = sealed.as_bytes().to_vec();
     let index = altered.len() / 2;
     altered[index] = if altered[index] == b'a' { b'b' } else { b'a' };
-    let altered = json!({"encrypted_content": String::from_utf8(altered).unwrap()});
+    let altered = json!({"encrypted_content": String::from_utf8(altered).expect("test value")});
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let stored = app.db.count("select count(*) from messages").await;
     let seen = app.upstream.requests().len();
@@ -184,12 +184,12 @@ async fn an_item_of_another_key_is_refused(backend: TestBackend) {
 async fn forward_mode_passes_the_forms_untouched(backend: TestBackend) {
     let settings = json!({"upstreams": {"openai": {"native_compaction": "forward"}}});
     let app = spawn_app_with(Options::on(backend).settings(settings)).await;
-    let body = serde_json::to_vec(&triggered(false)).unwrap();
+    let body = serde_json::to_vec(&triggered(false)).expect("test value");
     let provider_item =
         json!({"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAAABprovider"});
     let mut later = after_compaction(&provider_item);
     later["input"][2] = provider_item;
-    for body in [body, serde_json::to_vec(&later).unwrap()] {
+    for body in [body, serde_json::to_vec(&later).expect("test value")] {
         let response = app
             .client
             .post(app.url("/v1/responses"))

@@ -244,8 +244,8 @@ mod tests {
         else {
             panic!("a compaction request");
         };
-        let asked: Value = serde_json::from_slice(&asked).unwrap();
-        assert_eq!(asked["input"].as_array().unwrap().len(), 1);
+        let asked: Value = serde_json::from_slice(&asked).expect("test value");
+        assert_eq!(asked["input"].as_array().expect("test value").len(), 1);
         let elsewhere = json!({"input": [{"type": "compaction_trigger"}, {"type": "message", "role": "user", "content": "hi"}]});
         assert_eq!(
             Responses.asked("/v1/responses", elsewhere.to_string().as_bytes(), true),
@@ -267,9 +267,9 @@ mod tests {
                     .starts_with("condenser")
                     .then(|| json!({"type": "message"})))
             })
-            .unwrap()
-            .unwrap();
-        let expanded: Value = serde_json::from_slice(&expanded).unwrap();
+            .expect("test value")
+            .expect("test value");
+        let expanded: Value = serde_json::from_slice(&expanded).expect("test value");
         assert_eq!(expanded["input"][0]["role"], "developer");
         assert_eq!(expanded["input"][1], json!({"type": "message"}));
         assert_eq!(expanded["input"][2]["role"], "user");
@@ -284,10 +284,12 @@ mod tests {
         let request = json!({"model": "m", "stream": true});
         let (streamed, body) = Responses.answer(&request, Shape::Response, "sealed", (10, 2));
         assert!(streamed);
-        let text = String::from_utf8(body).unwrap();
+        let text = String::from_utf8(body).expect("test value");
         assert_eq!(text.matches("event: response.output_item.done").count(), 1);
-        let last = text.trim_end().lines().last().unwrap();
-        let completed: Value = serde_json::from_str(last.strip_prefix("data: ").unwrap()).unwrap();
+        let last = text.trim_end().lines().last().expect("test value");
+        let completed: Value =
+            serde_json::from_str(last.strip_prefix("data: ").expect("test value"))
+                .expect("test value");
         assert_eq!(completed["type"], "response.completed");
         assert_eq!(completed["response"]["usage"]["total_tokens"], 12);
         assert_eq!(
@@ -310,7 +312,7 @@ mod compact_tests {
         else {
             panic!("rewritten");
         };
-        let stripped: Value = serde_json::from_slice(&stripped).unwrap();
+        let stripped: Value = serde_json::from_slice(&stripped).expect("test value");
         assert!(stripped.get("context_management").is_none());
         assert_eq!(stripped["input"], "hi");
         assert_eq!(
@@ -329,9 +331,9 @@ mod compact_tests {
         ]});
         let (streamed, body) = Responses.answer(&request, Shape::Compacted, "sealed", (10, 2));
         assert!(!streamed);
-        let body: Value = serde_json::from_slice(&body).unwrap();
+        let body: Value = serde_json::from_slice(&body).expect("test value");
         assert_eq!(body["object"], "response.compaction");
-        let output = body["output"].as_array().unwrap();
+        let output = body["output"].as_array().expect("test value");
         assert_eq!(output.len(), 3);
         assert_eq!(output[0]["content"], "first");
         assert_eq!(output[1]["content"], "second");
