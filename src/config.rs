@@ -43,6 +43,7 @@ pub const ENV_ALIASES: &[(&str, &str)] = &[
     ("CONDENSER_SUMMARY_MODEL", "compaction.summary_model"),
     ("CONDENSER_TENANT_SALT", "storage.tenant_salt"),
     ("CONDENSER_ADMIN_TOKEN", "admin_token"),
+    ("CONDENSER_ITEM_KEY", "compaction.item_key"),
 ];
 
 /// Where the default config file is looked for, relative to the working directory.
@@ -203,6 +204,11 @@ pub struct CompactionSettings {
     /// is sent: 1.0 compacts only what the upstream would certainly refuse.
     #[serde(default = "defaults::proactive_threshold")]
     pub proactive_threshold: f64,
+    /// The key Condenser's compaction items are authenticated with (README
+    /// "Native compaction"); unset, one is generated once and kept in the
+    /// database, shared by every instance.
+    #[serde(default)]
+    pub item_key: Option<Secret>,
 }
 
 impl Settings {

@@ -34,6 +34,14 @@ pub enum ProxyError {
     /// makes clients that offer both (Codex) fall back to HTTPS at once.
     #[error("WebSocket mode is not served here: send the request over HTTPS")]
     UpgradeRequired,
+    /// A compaction item that claims to be Condenser's but does not open
+    /// (altered, or made with another key or credential).
+    #[error("invalid compaction item: {0}")]
+    ForgedItem(String),
+    /// A compaction the client asked for in its provider's own form could
+    /// not be made.
+    #[error("condenser could not compact the conversation: {0}")]
+    CompactionFailed(&'static str),
     /// The request's own work ended without an answer (a stream already
     /// committed by keep-alives can only report it in-band).
     #[error("condenser: the request failed")]
@@ -51,6 +59,8 @@ impl ProxyError {
             Self::BodyTimeout | Self::BodyDeadline { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::UpgradeRequired => StatusCode::UPGRADE_REQUIRED,
+            Self::ForgedItem(_) => StatusCode::BAD_REQUEST,
+            Self::CompactionFailed(_) => StatusCode::BAD_GATEWAY,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -68,6 +78,8 @@ impl ProxyError {
             Self::MethodNotAllowed(_) => "method_not_allowed",
             Self::BadTarget(_) => "bad_request_target",
             Self::UpgradeRequired => "websocket_not_served",
+            Self::ForgedItem(_) => "invalid_compaction_item",
+            Self::CompactionFailed(_) => "compaction_failed",
             Self::Internal => "internal",
         }
     }
@@ -90,11 +102,14 @@ impl ProxyError {
             Self::BodyRead(_)
             | Self::MethodNotAllowed(_)
             | Self::BadTarget(_)
-            | Self::UpgradeRequired => ErrorClass::InvalidRequest,
+            | Self::UpgradeRequired
+            | Self::ForgedItem(_) => ErrorClass::InvalidRequest,
             Self::BodyTimeout | Self::BodyDeadline { .. } => ErrorClass::ClientTimeout,
             Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => ErrorClass::UpstreamTimeout,
             Self::Overloaded { .. } => ErrorClass::Overloaded,
-            Self::UpstreamUnreachable { .. } | Self::Internal => ErrorClass::Server,
+            Self::UpstreamUnreachable { .. } | Self::Internal | Self::CompactionFailed(_) => {
+                ErrorClass::Server
+            }
         }
     }
 

@@ -130,6 +130,7 @@ impl Default for super::CompactionSettings {
             summary_timeout: summary_timeout(),
             max_summary_calls: max_summary_calls(),
             proactive_threshold: proactive_threshold(),
+            item_key: None,
         }
     }
 }

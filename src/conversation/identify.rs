@@ -117,7 +117,7 @@ fn memoized_chain(
 
 /// The caller's credential as sent; hashed at once, never kept. Google's
 /// `?key=` arrives here as the `x-goog-api-key` it stands for.
-fn credential(headers: &HeaderMap) -> Option<&[u8]> {
+pub fn credential(headers: &HeaderMap) -> Option<&[u8]> {
     const CREDENTIAL_HEADERS: [HeaderName; 4] = [
         http::header::AUTHORIZATION,
         HeaderName::from_static("x-api-key"),

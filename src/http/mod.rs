@@ -12,7 +12,7 @@ use crate::error::ProxyError;
 use crate::state::AppState;
 use crate::upstream::routes::Endpoint;
 use axum::extract::{Request, State};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::{Extension, Router};
 use budget::BodyBudget;
 use std::sync::Arc;
@@ -77,7 +77,7 @@ async fn proxy(
             let (parts, body) = request.into_parts();
             match body::read_chat_body(body, declared, bounds, &budget).await {
                 // The lease is given back once the answer's head is ready.
-                Ok((body, _lease)) => handle_chat(&state, route, parts, body).await,
+                Ok((body, _lease)) => crate::pipeline::handle(&state, route, parts, body).await,
                 Err(error) => error.into_response_for(route.upstream.protocol),
             }
         }
@@ -93,39 +93,4 @@ fn wants_websocket(headers: &http::HeaderMap) -> bool {
         .get(http::header::UPGRADE)
         .and_then(|value| value.to_str().ok())
         .is_some_and(|value| value.eq_ignore_ascii_case("websocket"))
-}
-
-/// Bodies from this size on are identified beside the runtime's worker
-/// threads: hashing a 30 MiB history is seconds of CPU without a pause,
-/// which would stall every other request on that worker meanwhile. Only
-/// that step leaves: the upstream and summary calls, which may take
-/// minutes, wait on the async workers and hold no thread of the finite
-/// blocking pool. The body budget bounds how many such bodies there are
-/// at once.
-const LARGE_BODY: usize = 1 << 20;
-
-async fn handle_chat(
-    state: &AppState,
-    route: crate::upstream::routes::Route,
-    parts: http::request::Parts,
-    body: bytes::Bytes,
-) -> Response {
-    if body.len() < LARGE_BODY {
-        return crate::pipeline::handle(state, route, parts, body).await;
-    }
-    // The request's span goes along: what identifying logs keeps its id.
-    let moved = (state.clone(), route, parts, body, tracing::Span::current());
-    let identifying = tokio::task::spawn_blocking(move || {
-        let (state, route, parts, body, span) = moved;
-        let identified = span.in_scope(|| crate::pipeline::identify(&state, &route, &parts, &body));
-        (route, parts, body, identified)
-    });
-    match identifying.await {
-        Ok((route, parts, body, identified)) => {
-            crate::pipeline::handle_identified(state, route, parts, body, identified).await
-        }
-        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-        // Only when the runtime shuts down: nothing is left to answer.
-        Err(_) => http::StatusCode::SERVICE_UNAVAILABLE.into_response(),
-    }
 }

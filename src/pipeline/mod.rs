@@ -7,6 +7,7 @@
 pub mod budget;
 mod exchange;
 mod keepalive;
+mod native;
 mod observe;
 pub mod persist;
 mod respond;
@@ -24,51 +25,21 @@ use tracing::Instrument;
 
 pub use keepalive::KEEPALIVE_COMMENT;
 
-/// What step 2 made of a request: the request read and the conversation
-/// it continues, or nothing when Condenser cannot parse it.
-pub type Identified = Option<(
-    crate::protocol::ChatRequest,
-    crate::conversation::Conversation,
-)>;
-
 pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -> Response {
-    let identified = identify(state, &route, &parts, &body);
-    handle_identified(state, route, parts, body, identified).await
-}
-
-/// Step 2 alone: parses the body and hashes its history into its
-/// conversation. CPU only, no I/O and no await, so a caller may run it on
-/// the blocking pool for a large body and the rest of the request on the
-/// async workers.
-pub fn identify(state: &AppState, route: &Route, parts: &Parts, body: &Bytes) -> Identified {
     let adapter = route.adapter();
-    let salt = state.settings.storage.tenant_salt.as_bytes();
-    let query_headers = query_key(parts);
-    let credentials = query_headers.as_ref().unwrap_or(&parts.headers);
-    let outline = adapter.outline_at(body.clone(), parts.uri.path())?;
-    crate::conversation::identify::conversation(
-        adapter,
-        salt,
-        credentials,
-        outline,
-        Some(&state.chain_memo),
-    )
-}
-
-/// Steps 3 to 8 for a request [`identify`] has read.
-pub async fn handle_identified(
-    state: &AppState,
-    route: Route,
-    parts: Parts,
-    body: Bytes,
-    identified: Identified,
-) -> Response {
-    let adapter = route.adapter();
+    let credentials = query_key(&parts).unwrap_or_else(|| parts.headers.clone());
+    let (body, forwarded, serve_native) =
+        match native::prepared(state, &route, &parts, &credentials, body).await {
+            Ok(prepared) => prepared,
+            Err(response) => return response,
+        };
+    let identified = identify_off_workers(state, adapter, &credentials, &body, &parts).await;
     // Invariant 9: what Condenser cannot parse goes upstream unchanged.
     let Some((chat, conversation)) = identified else {
-        let upstream = &state.upstream;
-        return upstream
-            .forward(&route, parts.method, &parts.headers, body.into())
+        let (method, headers) = (parts.method, &parts.headers);
+        return state
+            .upstream
+            .forward(&route, method, headers, forwarded.into())
             .await;
     };
     let chat = std::sync::Arc::new(chat);
@@ -92,7 +63,9 @@ pub async fn handle_identified(
         conversation,
     };
     let (compacting_tx, compacting_rx) = tokio::sync::watch::channel(false);
-    let exchange = Exchange::new(state.clone(), incoming, persist).signalling(compacting_tx);
+    let exchange = Exchange::new(state.clone(), incoming, persist)
+        .signalling(compacting_tx)
+        .serving_native(serve_native);
     let work = work::Work::new(
         observed.after(exchange.run()).in_current_span(),
         compacting_rx.clone(),
@@ -105,6 +78,64 @@ pub async fn handle_identified(
         std::time::Duration::ZERO
     };
     keepalive::respond(work, compacting_rx, keepalive_interval, speaks).await
+}
+
+/// What step 2 made of a request: the request read and the conversation
+/// it continues, or nothing when Condenser cannot parse it.
+pub type Identified = Option<(
+    crate::protocol::ChatRequest,
+    crate::conversation::Conversation,
+)>;
+
+/// Bodies from this size on are identified beside the runtime's worker
+/// threads: hashing a 30 MiB history is seconds of CPU without a pause,
+/// which would stall every other request on that worker meanwhile. Only
+/// that step leaves: the upstream and summary calls, which may take
+/// minutes, wait on the async workers and hold no thread of the finite
+/// blocking pool. The body budget bounds how many such bodies there are
+/// at once.
+const LARGE_BODY: usize = 1 << 20;
+
+/// [`identify`], on the blocking pool for a large body, with the
+/// request's span so what it logs keeps the request's id.
+async fn identify_off_workers(
+    state: &AppState,
+    adapter: &'static dyn crate::protocol::Adapter,
+    credentials: &http::HeaderMap,
+    body: &Bytes,
+    parts: &Parts,
+) -> Identified {
+    let path = parts.uri.path();
+    if body.len() < LARGE_BODY {
+        return identify(state, adapter, credentials, body, path);
+    }
+    let state = state.clone();
+    let (credentials, body, path) = (credentials.clone(), body.clone(), path.to_string());
+    let span = tracing::Span::current();
+    let identifying = tokio::task::spawn_blocking(move || {
+        span.in_scope(|| identify(&state, adapter, &credentials, &body, &path))
+    });
+    match identifying.await {
+        Ok(identified) => identified,
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        // Only when the runtime shuts down: the body goes as it came.
+        Err(_) => None,
+    }
+}
+
+/// Step 2: the request's tenant, chain and conversation; `None` for a body
+/// this adapter cannot parse. CPU only: no I/O and no await.
+fn identify(
+    state: &AppState,
+    adapter: &'static dyn crate::protocol::Adapter,
+    credentials: &http::HeaderMap,
+    body: &Bytes,
+    path: &str,
+) -> Identified {
+    let salt = state.settings.storage.tenant_salt.as_bytes();
+    let outline = adapter.outline_at(body.clone(), path)?;
+    let memo = Some(&*state.chain_memo);
+    crate::conversation::identify::conversation(adapter, salt, credentials, outline, memo)
 }
 
 /// Google's APIs also take the key as `?key=`: identity reads it as the

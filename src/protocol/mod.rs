@@ -11,6 +11,7 @@ pub mod canonical;
 pub mod gemini;
 mod head;
 pub mod models;
+pub mod native;
 pub mod ollama;
 pub mod openai;
 mod provider;
@@ -158,6 +159,12 @@ pub trait Adapter: Send + Sync {
     /// The content type of this API's streams.
     fn stream_content_type(&self) -> &'static str {
         "text/event-stream"
+    }
+
+    /// This API's own compaction forms, where it has some (README
+    /// "Native compaction").
+    fn native(&self) -> Option<&dyn native::NativeForms> {
+        None
     }
 
     /// An SSE event reporting an error in this protocol's streaming shape.

@@ -240,9 +240,12 @@ impl Provider for OpenAi {
     }
 
     fn endpoint(&self, method: &Method, path: &str) -> Endpoint {
-        // `…/responses/compact`, `…/responses/{id}` and friends pass through.
+        // `…/responses/{id}` and friends pass through; `…/responses/compact`
+        // is Responses' own compaction (`responses/native.rs`), forwarded
+        // untouched unless Condenser serves it.
         match (method == Method::POST, path) {
             (true, p) if p.ends_with("/responses") => Endpoint::Responses,
+            (true, p) if p.ends_with(super::responses::COMPACT_PATH) => Endpoint::Responses,
             (true, p) if p.ends_with("/chat/completions") => Endpoint::Chat,
             _ => Endpoint::Passthrough,
         }

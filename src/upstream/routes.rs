@@ -264,17 +264,17 @@ mod tests {
     }
 
     #[test]
-    fn responses_have_their_own_endpoint_and_its_sub_paths_pass_through() {
+    fn responses_and_compact_have_their_own_endpoint_and_other_sub_paths_pass_through() {
         let route = resolve(Method::POST, "/v1/responses", None);
         assert_eq!(route.endpoint, Endpoint::Responses);
         assert_eq!(route.url.as_str(), "https://api.openai.com/v1/responses");
         assert_eq!(route.upstream.protocol, openai::PROTOCOL);
-        for path in ["/v1/responses/compact", "/v1/responses/resp_1/cancel"] {
-            assert_eq!(
-                resolve(Method::POST, path, None).endpoint,
-                Endpoint::Passthrough
-            );
-        }
+        let compact = resolve(Method::POST, "/v1/responses/compact", None);
+        assert_eq!(compact.endpoint, Endpoint::Responses);
+        assert_eq!(
+            resolve(Method::POST, "/v1/responses/resp_1/cancel", None).endpoint,
+            Endpoint::Passthrough
+        );
         assert_eq!(
             resolve(Method::GET, "/v1/responses/resp_1", None).endpoint,
             Endpoint::Passthrough

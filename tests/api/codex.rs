@@ -7,7 +7,9 @@
 
 use crate::helpers::agent::filler;
 use crate::helpers::app::{spawn_app_with, Options, TestApp, OPENAI_KEY};
+use crate::helpers::db::{both_backends, TestBackend};
 use crate::helpers::wait::{wait_until, PATIENCE};
+use condenser::protocol::SUMMARY_MARKER;
 use fake_upstream::RecordedRequest;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
@@ -52,9 +54,19 @@ plugins = false
 /// `--json` events.
 async fn run_turn(home: &Path, workdir: &Path, number: usize) -> Vec<Value> {
     // A user pasting a log: each turn grows the history by ~600 tokens.
+    run_turn_pasting(home, workdir, number, 2_400).await
+}
+
+/// A turn whose prompt pastes `log_bytes` of log.
+async fn run_turn_pasting(
+    home: &Path,
+    workdir: &Path,
+    number: usize,
+    log_bytes: usize,
+) -> Vec<Value> {
     let prompt = format!(
         "Turn {number}: read this log. [tools]\n{}",
-        filler(2_400, number)
+        filler(log_bytes, number)
     );
     let mut command = tokio::process::Command::new(codex());
     command.args([
@@ -72,6 +84,7 @@ async fn run_turn(home: &Path, workdir: &Path, number: usize) -> Vec<Value> {
         .env("CODEX_HOME", home)
         .env("CONDENSER_API_KEY", OPENAI_KEY)
         .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
         .output()
         .await
         .expect("codex runs");
@@ -275,3 +288,115 @@ async fn keepalive_tap(target: SocketAddr, seen: Arc<AtomicUsize>) -> SocketAddr
     });
     addr
 }
+
+/// Codex as OpenAI's own client (`model_provider = "openai"`, the base URL
+/// at Condenser) compacts remotely: its `compaction_trigger` requests are
+/// answered by Condenser, against an upstream that does not know them, and
+/// the compaction items it sends back later are expanded into Condenser's
+/// summary message before they go upstream (issue 40).
+async fn codex_cli_as_openai_compacts_through_condenser(backend: TestBackend) {
+    let settings =
+        json!({"compaction": {"summary_max_tokens": 300, "keepalive_interval": "300ms"}});
+    let options = Options::on(backend)
+        .window(MODEL, WINDOW)
+        .settings(settings);
+    let app = spawn_app_with(options).await;
+    let home = tempfile::tempdir().expect("a CODEX_HOME");
+    let workdir = tempfile::tempdir().expect("a working directory");
+    let config = format!(
+        r#"model = "{MODEL}"
+model_provider = "openai"
+openai_base_url = "{}/v1"
+model_context_window = {WINDOW}
+model_auto_compact_token_limit = 11500
+
+[analytics]
+enabled = false
+
+[features]
+plugins = false
+"#,
+        app.address
+    );
+    std::fs::write(home.path().join("config.toml"), config).expect("writing the Codex config");
+    // The built-in provider's credential, as `codex login --with-api-key` keeps it.
+    let auth = json!({"auth_mode": "apikey", "OPENAI_API_KEY": OPENAI_KEY});
+    std::fs::write(home.path().join("auth.json"), auth.to_string()).expect("writing auth.json");
+    for number in 1..=TURNS {
+        // Codex keeps every user message through its compactions: short
+        // prompts, so what compaction removes (tool rounds, answers) is
+        // what grows.
+        let turn = run_turn_pasting(home.path(), workdir.path(), number, 200);
+        let Ok(events) = tokio::time::timeout(Duration::from_secs(120), turn).await else {
+            let seen: Vec<String> = app
+                .upstream
+                .requests()
+                .iter()
+                .map(|r| {
+                    let last = r
+                        .json
+                        .as_ref()
+                        .and_then(|j| j["input"].as_array()?.last().cloned());
+                    let kind = last.map(|l| l["type"].to_string()).unwrap_or_default();
+                    format!(
+                        "{} {} {} {} {kind}",
+                        r.method,
+                        r.path,
+                        r.status,
+                        r.body.len()
+                    )
+                })
+                .collect();
+            panic!(
+                "turn {number} did not end; the upstream saw:\n{}",
+                seen.join("\n")
+            );
+        };
+        let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+        assert!(
+            kinds.contains(&"turn.completed") && !kinds.contains(&"turn.failed"),
+            "turn {number}: {events:?}"
+        );
+        let answered = events.iter().any(|e| {
+            e["item"]["type"] == "agent_message"
+                && e["item"]["text"].as_str().is_some_and(|t| !t.is_empty())
+        });
+        assert!(answered, "turn {number}: no answer in {events:?}");
+    }
+    let requests = app.upstream.requests();
+    for request in &requests {
+        let body = String::from_utf8_lossy(&request.body);
+        assert!(
+            !body.contains("compaction_trigger"),
+            "a compaction_trigger reached the upstream"
+        );
+        assert!(
+            !body.contains("\"encrypted_content\":\"condenser."),
+            "a compaction item reached the upstream"
+        );
+        assert!(
+            request.status == 200 || request.input_tokens.is_some(),
+            "refused for its shape: {body}"
+        );
+    }
+    let summaries = app.upstream.summary_requests().len();
+    assert!(
+        summaries >= 2,
+        "{summaries} compactions served over {TURNS} turns"
+    );
+    let expanded = app
+        .upstream
+        .chat_requests()
+        .iter()
+        .filter(|r| String::from_utf8_lossy(&r.body).contains(SUMMARY_MARKER))
+        .count();
+    assert!(expanded >= 1, "no compaction item came back expanded");
+    // Condenser answers the WebSocket upgrade 426: Codex falls back at once.
+    let websocket_attempts = requests.iter().filter(|r| r.method == "GET").count();
+    assert_eq!(
+        websocket_attempts, 0,
+        "WebSocket attempts reached the upstream"
+    );
+}
+
+both_backends!(codex_cli_as_openai_compacts_through_condenser);

@@ -19,6 +19,7 @@ mod helpers;
 mod hostile;
 mod lifecycle;
 mod local_servers;
+mod native_responses;
 mod overload;
 mod persistence;
 mod process;

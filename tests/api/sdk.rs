@@ -77,3 +77,25 @@ async fn the_openai_sdk_runs_a_responses_agent_through_compactions(backend: Test
         );
     }
 }
+
+/// The Agents SDK's `OpenAIResponsesCompactionSession` calls
+/// `responses.compact`, which this upstream does not have: Condenser
+/// serves it, and the session goes on with Condenser's compaction item
+/// (issue 40).
+#[tokio::test]
+async fn the_agents_sdk_compaction_session_is_served_by_condenser() {
+    let options = Options::default().settings(json!({"compaction": {"summary_max_tokens": 300}}));
+    let app = spawn_app_with(options).await;
+    run_script(
+        &app,
+        "openai_agents_compaction.py",
+        OPENAI_KEY,
+        "gpt-5-codex",
+    )
+    .await;
+    assert!(app
+        .upstream
+        .requests()
+        .iter()
+        .all(|r| !r.path.ends_with("/compact")));
+}

@@ -248,7 +248,7 @@ impl Exchange {
 
     /// Summary calls sized to the summarizer's own window when another
     /// model writes summaries, else to this request's.
-    fn summary_budget(
+    pub(super) fn summary_budget(
         &self,
         sizing: &Sizing,
         signal: &OverflowSignal,

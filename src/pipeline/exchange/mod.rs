@@ -5,6 +5,7 @@
 //! in [`Exchange::run`].
 
 mod compact;
+mod native;
 mod on_demand;
 mod served;
 
@@ -17,6 +18,7 @@ use crate::domain::{Compaction, Trigger};
 use crate::error::ProxyError;
 use crate::overflow::inspect::{inspect, Inspected};
 use crate::overflow::OverflowSignal;
+use crate::protocol::native::Shape;
 use crate::protocol::{Adapter, ChatRequest};
 use crate::state::AppState;
 use crate::telemetry::genai;
@@ -57,6 +59,9 @@ pub struct Exchange {
     attempts: u32,
     /// The API's own context-management forms, forwarded or served.
     native: served::Native,
+    /// The client asked for a compaction in its provider's own form:
+    /// Condenser answers it (`native.rs`).
+    serve_native: Option<Shape>,
 }
 
 /// What one attempt upstream came to.
@@ -94,7 +99,14 @@ impl Exchange {
             origin,
             attempts: 0,
             native,
+            serve_native: None,
         }
+    }
+
+    /// Answers the request with a compaction instead of forwarding it.
+    pub fn serving_native(mut self, serve: Option<Shape>) -> Self {
+        self.serve_native = serve;
+        self
     }
 
     /// Reports on `compacting` while a summary is written.
@@ -104,6 +116,9 @@ impl Exchange {
     }
 
     pub async fn run(mut self) -> (Response, Report) {
+        if let Some(shape) = self.serve_native {
+            return self.serve_native(shape).await;
+        }
         if let Some(forms) = self.native.summary_asked(&self.incoming.request.body) {
             return self.summary_on_demand(forms).await;
         }

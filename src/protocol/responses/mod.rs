@@ -10,6 +10,7 @@
 //! `conversation`) are not parsed: Condenser cannot rewrite what it does not
 //! see, so they go upstream byte for byte.
 
+mod native;
 mod outline;
 mod text;
 mod units;
@@ -22,6 +23,7 @@ use super::{
 use bytes::Bytes;
 use serde_json::{json, Value};
 
+pub use native::COMPACT_PATH;
 pub use outline::parse_whole;
 
 pub struct Responses;
@@ -45,6 +47,17 @@ impl Adapter for Responses {
     /// kept: a re-sent history costs a scan of its bytes, not a parse.
     fn outline(&self, body: Bytes) -> Option<Outline> {
         outline::outline(body)
+    }
+
+    /// A summary asked from `…/responses/compact` is an ordinary
+    /// `…/responses` call: the endpoint exists only at OpenAI.
+    fn summary_url(&self, client_url: &reqwest::Url, _model: &str) -> reqwest::Url {
+        let mut url = client_url.clone();
+        if let Some(path) = url.path().strip_suffix("/compact") {
+            let path = path.to_string();
+            url.set_path(&path);
+        }
+        url
     }
 
     fn build(&self, request: &ChatRequest, messages: &[&Value]) -> Vec<u8> {
@@ -192,6 +205,10 @@ impl Adapter for Responses {
     /// response, usage included.
     fn stream_usage(&self, event: &Value) -> Option<Usage> {
         self.usage(event.get("response")?.get("usage")?)
+    }
+
+    fn native(&self) -> Option<&dyn super::native::NativeForms> {
+        Some(self)
     }
 
     fn is_stream_preamble(&self, data: &str) -> bool {

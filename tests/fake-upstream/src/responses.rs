@@ -26,6 +26,22 @@ fn kind(item: &Value) -> &str {
     }
 }
 
+/// What a third-party Responses server (one that is not OpenAI) refuses
+/// of OpenAI's own compaction forms: `context_management` is unknown to
+/// it, and servers whose request models forbid extra fields answer
+/// "context_management: Extra inputs are not permitted"
+/// (shared/reference/providers.md, "Provider-native compaction APIs";
+/// pydantic's `extra="forbid"` wording). A `compaction_trigger` item is
+/// answered as a plain message, as measured with Codex 0.169.0 against
+/// such a server (same section), and `/responses/compact` is a 404 (the
+/// fake has no such route).
+fn third_party(request: &Value) -> Result<(), String> {
+    match request.get("context_management") {
+        Some(_) => Err("context_management: Extra inputs are not permitted".into()),
+        None => Ok(()),
+    }
+}
+
 /// The input as a list of items (a string is one user message).
 pub fn items(request: &Value) -> Vec<Value> {
     match &request["input"] {
@@ -39,6 +55,7 @@ pub fn items(request: &Value) -> Vec<Value> {
 /// the item they lead into. A request that continues a stored response may
 /// answer calls this one does not show.
 pub fn validate(request: &Value) -> Result<(), String> {
+    third_party(request)?;
     let items = items(request);
     let stateful = !request["previous_response_id"].is_null() || !request["conversation"].is_null();
     let mut open: Vec<(String, String)> = Vec::new();

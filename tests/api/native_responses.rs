@@ -1,0 +1,296 @@
+//! Provider-native compaction in the Responses API, served by Condenser
+//! (issue 40): a `compaction_trigger` answered with one sealed compaction
+//! item, the item expanded into Condenser's summary message on the next
+//! request (on another instance too), forged items refused, and forward
+//! mode passing every form byte for byte.
+
+use crate::helpers::agent::filler;
+use crate::helpers::app::{spawn_app_with, Options, TestApp, OPENAI_KEY};
+use crate::helpers::db::{both_backends, TestBackend};
+use condenser::protocol::SUMMARY_MARKER;
+use pretty_assertions::assert_eq;
+use serde_json::{json, Value};
+
+const MODEL: &str = "gpt-5-codex";
+
+fn options(backend: TestBackend) -> Options {
+    Options::on(backend).settings(json!({"compaction": {"summary_max_tokens": 300}}))
+}
+
+fn user(text: &str) -> Value {
+    json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+}
+
+fn history() -> Vec<Value> {
+    vec![
+        user(&format!("Read this log: {}", filler(2_000, 1))),
+        json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Read it."}]}),
+        user("Now fix the bug."),
+    ]
+}
+
+fn triggered(stream: bool) -> Value {
+    let mut input = history();
+    input.push(json!({"type": "compaction_trigger"}));
+    json!({"model": MODEL, "instructions": "You are a coding agent.", "input": input, "store": false, "stream": stream})
+}
+
+/// The SSE events of a streamed answer.
+fn events(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str(data).ok())
+        .collect()
+}
+
+/// Asks for a compaction, streamed; returns the compaction item.
+async fn compaction_item(app: &TestApp) -> Value {
+    let response = app.post_responses(&triggered(true)).await;
+    assert_eq!(response.status(), 200);
+    let events = events(&response.text().await.expect("body"));
+    let done: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_item.done")
+        .collect();
+    assert_eq!(done.len(), 1, "{events:?}");
+    let completed = events.last().expect("events");
+    assert_eq!(completed["type"], "response.completed");
+    assert!(completed["response"]["usage"]["input_tokens"].as_u64() > Some(0));
+    let item = done[0]["item"].clone();
+    assert_eq!(item["type"], "compaction");
+    assert!(item["id"].is_string());
+    item
+}
+
+fn after_compaction(item: &Value) -> Value {
+    let input = vec![
+        user(&format!("Read this log: {}", filler(2_000, 1))),
+        user("Now fix the bug."),
+        json!({"type": "compaction", "encrypted_content": item["encrypted_content"]}),
+        user("And run the tests."),
+    ];
+    json!({"model": MODEL, "input": input, "store": false, "stream": false})
+}
+
+both_backends!(
+    a_compaction_trigger_is_answered_by_condenser,
+    a_compaction_item_comes_back_as_the_summary_message,
+    a_compaction_item_opens_on_another_instance,
+    an_altered_item_is_refused_and_nothing_is_stored,
+    an_item_of_another_key_is_refused,
+    forward_mode_passes_the_forms_untouched,
+    the_compact_endpoint_is_answered_by_condenser,
+    forward_mode_passes_the_compact_endpoint_untouched,
+    context_management_is_removed_where_condenser_serves,
+);
+
+async fn a_compaction_trigger_is_answered_by_condenser(backend: TestBackend) {
+    let app = spawn_app_with(options(backend)).await;
+    let item = compaction_item(&app).await;
+    let sealed = item["encrypted_content"].as_str().expect("content");
+    assert!(sealed.starts_with("condenser.v1."), "{sealed}");
+    assert_eq!(app.upstream.summary_requests().len(), 1);
+    for request in app.upstream.requests() {
+        let body = String::from_utf8_lossy(&request.body);
+        assert!(!body.contains("compaction_trigger"), "{body}");
+    }
+    // Asked without streaming, the same answer as one JSON response.
+    let response = app.post_responses(&triggered(false)).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["object"], "response");
+    assert_eq!(body["status"], "completed");
+    let output = body["output"].as_array().expect("output");
+    assert_eq!(output.len(), 1);
+    assert_eq!(output[0]["type"], "compaction");
+    assert!(body["usage"]["total_tokens"].as_u64() > Some(0));
+}
+
+async fn a_compaction_item_comes_back_as_the_summary_message(backend: TestBackend) {
+    let app = spawn_app_with(options(backend)).await;
+    let item = compaction_item(&app).await;
+    let response = app.post_responses(&after_compaction(&item)).await;
+    let status = response.status();
+    assert_eq!(status, 200, "{}", response.text().await.unwrap_or_default());
+    let accepted = app.upstream.last_accepted().expect("accepted");
+    let input = accepted.json.expect("json")["input"].clone();
+    let input = input.as_array().expect("input");
+    // Invariant 1: the summary right after the system part (none here),
+    // then the messages Codex kept, in order.
+    assert_eq!(input.len(), 4);
+    let summary = input[0]["content"][0]["text"].as_str().expect("text");
+    assert!(summary.starts_with(SUMMARY_MARKER), "{summary}");
+    assert_eq!(input[0]["type"], "message");
+    assert_eq!(input[2], user("Now fix the bug."));
+    assert_eq!(input[3], user("And run the tests."));
+}
+
+async fn a_compaction_item_opens_on_another_instance(backend: TestBackend) {
+    let mut app = spawn_app_with(options(backend)).await;
+    let item = compaction_item(&app).await;
+    // A second instance on the same database (the first still runs).
+    app.restart().await;
+    let response = app.post_responses(&after_compaction(&item)).await;
+    assert_eq!(response.status(), 200);
+    let accepted = app.upstream.last_accepted().expect("accepted");
+    assert!(String::from_utf8_lossy(&accepted.body).contains(SUMMARY_MARKER));
+}
+
+async fn an_altered_item_is_refused_and_nothing_is_stored(backend: TestBackend) {
+    let app = spawn_app_with(options(backend)).await;
+    let item = compaction_item(&app).await;
+    let sealed = item["encrypted_content"].as_str().expect("content");
+    let mut altered = sealed.as_bytes().to_vec();
+    let index = altered.len() / 2;
+    altered[index] = if altered[index] == b'a' { b'b' } else { b'a' };
+    let altered = json!({"encrypted_content": String::from_utf8(altered).expect("test value")});
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let stored = app.db.count("select count(*) from messages").await;
+    let seen = app.upstream.requests().len();
+    let response = app.post_responses(&after_compaction(&altered)).await;
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.expect("json");
+    assert_eq!(error["error"]["type"], "invalid_request_error", "{error}");
+    assert!(error["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("compaction item")));
+    assert_eq!(app.upstream.requests().len(), seen, "nothing forwarded");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(app.db.count("select count(*) from messages").await, stored);
+}
+
+async fn an_item_of_another_key_is_refused(backend: TestBackend) {
+    let settings = json!({"compaction": {"summary_max_tokens": 300, "item_key": "one"}});
+    let mut app = spawn_app_with(Options::on(backend).settings(settings)).await;
+    let item = compaction_item(&app).await;
+    app.reconfigure(json!({"compaction": {"item_key": "two"}}))
+        .await;
+    let response = app.post_responses(&after_compaction(&item)).await;
+    assert_eq!(response.status(), 400);
+    // Another credential (tenant) cannot open it either.
+    app.reconfigure(json!({"compaction": {"item_key": "one"}}))
+        .await;
+    let response = app
+        .client
+        .post(app.url("/v1/responses"))
+        .bearer_auth(format!("{OPENAI_KEY}-other"))
+        .json(&after_compaction(&item))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status(), 400);
+}
+
+async fn forward_mode_passes_the_forms_untouched(backend: TestBackend) {
+    let settings = json!({"upstreams": {"openai": {"native_compaction": "forward"}}});
+    let app = spawn_app_with(Options::on(backend).settings(settings)).await;
+    let body = serde_json::to_vec(&triggered(false)).expect("test value");
+    let provider_item =
+        json!({"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAAABprovider"});
+    let mut later = after_compaction(&provider_item);
+    later["input"][2] = provider_item;
+    for body in [body, serde_json::to_vec(&later).expect("test value")] {
+        let response = app
+            .client
+            .post(app.url("/v1/responses"))
+            .bearer_auth(OPENAI_KEY)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(response.status(), 200);
+        let received = app.upstream.requests().last().expect("forwarded").clone();
+        assert_eq!(received.body.as_ref(), body.as_slice(), "byte-identical");
+    }
+    assert!(app.upstream.summary_requests().is_empty());
+}
+
+/// `POST /v1/responses/compact` as `client.responses.compact` sends it.
+async fn compact(app: &TestApp, body: &Value) -> reqwest::Response {
+    app.client
+        .post(app.url("/v1/responses/compact"))
+        .bearer_auth(OPENAI_KEY)
+        .json(body)
+        .send()
+        .await
+        .expect("sent")
+}
+
+async fn the_compact_endpoint_is_answered_by_condenser(backend: TestBackend) {
+    let app = spawn_app_with(options(backend)).await;
+    let asked =
+        json!({"model": MODEL, "instructions": "You are a coding agent.", "input": history()});
+    let response = compact(&app, &asked).await;
+    let status = response.status();
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["object"], "response.compaction");
+    assert!(body["id"].is_string() && body["created_at"].is_u64());
+    assert!(body["usage"]["input_tokens"].as_u64() > Some(0));
+    let output = body["output"].as_array().expect("output");
+    // Every user message, then one compaction item.
+    assert_eq!(output.len(), 3, "{body}");
+    assert_eq!(output[0], history()[0]);
+    assert_eq!(output[1], history()[2]);
+    assert_eq!(output[2]["type"], "compaction");
+    let summaries = app.upstream.summary_requests();
+    assert_eq!(summaries.len(), 1);
+    assert!(
+        summaries[0].path.ends_with("/responses"),
+        "{}",
+        summaries[0].path
+    );
+    assert!(app
+        .upstream
+        .requests()
+        .iter()
+        .all(|r| !r.path.ends_with("/compact")));
+    // The session goes on with the compacted output as its input; compacted
+    // again, the old summary is folded in, not kept as a user message.
+    let mut input = output.clone();
+    input.push(user("Run the tests."));
+    let next = json!({"model": MODEL, "input": input, "store": false});
+    let response = app.post_responses(&next).await;
+    assert_eq!(response.status(), 200);
+    let accepted = app.upstream.last_accepted().expect("accepted");
+    assert!(String::from_utf8_lossy(&accepted.body).contains(SUMMARY_MARKER));
+    let again = compact(&app, &json!({"model": MODEL, "input": input})).await;
+    let again: Value = again.json().await.expect("json");
+    let output = again["output"].as_array().expect("output");
+    assert_eq!(output.len(), 4, "{again}");
+    assert_eq!(output[3]["type"], "compaction");
+}
+
+async fn forward_mode_passes_the_compact_endpoint_untouched(backend: TestBackend) {
+    let settings = json!({"upstreams": {"openai": {"native_compaction": "forward"}}});
+    let app = spawn_app_with(Options::on(backend).settings(settings)).await;
+    let asked = json!({"model": MODEL, "input": history()});
+    // The third-party server has no such endpoint: its own 404 comes back.
+    let response = compact(&app, &asked).await;
+    assert_eq!(response.status(), 404);
+    assert!(app.upstream.summary_requests().is_empty());
+    assert!(app.upstream.requests().is_empty());
+}
+
+async fn context_management_is_removed_where_condenser_serves(backend: TestBackend) {
+    let app = spawn_app_with(options(backend)).await;
+    let mut body = json!({"model": MODEL, "input": history(), "store": false});
+    body["context_management"] = json!([{"type": "compaction", "compact_threshold": 1000}]);
+    let response = app.post_responses(&body).await;
+    assert_eq!(response.status(), 200);
+    let accepted = app.upstream.last_accepted().expect("accepted");
+    assert!(accepted
+        .json
+        .expect("json")
+        .get("context_management")
+        .is_none());
+    // Forwarded, the third-party server refuses the field.
+    let mut app = app;
+    app.reconfigure(json!({"upstreams": {"openai": {"native_compaction": "forward"}}}))
+        .await;
+    let response = app.post_responses(&body).await;
+    assert_eq!(response.status(), 400);
+    let error = response.text().await.unwrap_or_default();
+    assert!(error.contains("Extra inputs are not permitted"), "{error}");
+}
