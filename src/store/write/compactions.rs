@@ -2,21 +2,21 @@
 //!
 //! Compactions: which prefix of a chain a summary stands for.
 
-use super::json_rows::{hash_rows, rows_source, BatchStatement, HASH_COLUMN};
+use super::batch_rows::{add, hash_rows, BatchStatement, HASH_COLUMN};
 use crate::conversation::{ChainHash, TenantId};
 use crate::domain::{Compaction, Trigger, TrimRecord};
 use crate::store::rows::{hash_column, HASH_CHUNK};
 use crate::store::{Result, Store};
 use futures_util::TryStreamExt;
+use sqlx::any::AnyArguments;
 use sqlx::any::AnyRow;
 use sqlx::{FromRow, Row};
 
-/// The deepest compaction of tenant `$1` among the prefixes bound as `$2`.
-static DEEPEST_COMPACTION: BatchStatement = BatchStatement::new(|backend| {
+/// The deepest compaction of tenant `$1` among the prefixes bound after it.
+static DEEPEST_COMPACTION: BatchStatement = BatchStatement::new(1, &HASH_COLUMN, |source| {
     format!(
         "select {COMPACTION_COLUMNS} from compactions where tenant = $1 \
-         and prefix_hash in (select r.hash from {}) order by prefix_len desc limit 1",
-        rows_source(backend, 2, &HASH_COLUMN),
+         and prefix_hash in (select r.hash from {source}) order by prefix_len desc limit 1"
     )
 });
 
@@ -99,9 +99,11 @@ impl Store {
         tenant: &TenantId,
         hashes: &[ChainHash],
     ) -> Result<Option<Compaction>> {
-        let deepest = sqlx::query_as::<_, Compaction>(DEEPEST_COMPACTION.text(self.backend))
-            .bind(tenant.as_str())
-            .bind(hash_rows(hashes)?)
+        let mut fixed = AnyArguments::default();
+        add(&mut fixed, tenant.as_str())?;
+        let (text, arguments) =
+            DEEPEST_COMPACTION.bound(self.backend, fixed, &hash_rows(hashes))?;
+        let deepest = sqlx::query_as_with::<_, Compaction, _>(text, arguments)
             .fetch_optional(&self.pool)
             .await?;
         Ok(deepest)

@@ -8,12 +8,13 @@
 //! from `heads`), so no stored message is unlisted; a batch of request
 //! figures rolls into it ([`roll_up_on`], from `requests`).
 
-use super::json_rows::{json_rows, rows_source, source_columns, BatchStatement, Column};
+use super::batch_rows::{source_columns, BatchStatement, Column};
 use super::messages::MessageBatch;
 use crate::conversation::{ChainHash, ConversationId, TenantId};
 use crate::store::rows::{conversation_column, hash_column};
 use crate::store::{Backend, Result};
 use serde::{Serialize, Serializer};
+use sqlx::any::AnyArguments;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, FromRow, Row};
 use std::collections::HashMap;
@@ -92,30 +93,28 @@ impl<'r> FromRow<'r, AnyRow> for ConversationRow {
     }
 }
 
-/// Opens the conversations bound as `$1`, or marks them active: a row
-/// that exists keeps its figures, which are the request rollup's.
-static OPEN: BatchStatement = BatchStatement::new(|backend| {
+/// Opens the conversations bound, or marks them active: a row that
+/// exists keeps its figures, which are the request rollup's.
+static OPEN: BatchStatement = BatchStatement::new(0, &COLUMNS, |source| {
     format!(
-        "insert into conversations ({}) select {} from {} where true \
+        "insert into conversations ({}) select {} from {source} where true \
          on conflict (tenant, conversation) do update set \
          label = coalesce(excluded.label, conversations.label), \
          last_activity = case when excluded.last_activity > conversations.last_activity \
          then excluded.last_activity else conversations.last_activity end",
         column_names(),
         source_columns(&COLUMNS),
-        rows_source(backend, 1, &COLUMNS),
     )
 });
 
-/// Rolls a batch's requests of one conversation, bound as `$1`, into its
+/// Rolls a batch's requests of one conversation, bound as rows, into its
 /// row: counts are added, `branches` arrives as one plus the new branches
 /// seen.
-static ROLL_UP: BatchStatement = BatchStatement::new(|backend| {
+static ROLL_UP: BatchStatement = BatchStatement::new(0, &COLUMNS, |source| {
     format!(
-        "insert into conversations ({}) select {} from {} where true {ROLL_UP_CONFLICT}",
+        "insert into conversations ({}) select {} from {source} where true {ROLL_UP_CONFLICT}",
         column_names(),
         source_columns(&COLUMNS),
-        rows_source(backend, 1, &COLUMNS),
     )
 });
 
@@ -140,14 +139,16 @@ on conflict (tenant, conversation) do update set
         then excluded.last_activity else conversations.last_activity end
 returning tenant, conversation, requests";
 
-/// The stored head of each conversation bound as `$1`.
-static STORED_HEADS: BatchStatement = BatchStatement::new(|backend| {
+/// The stored head of each conversation bound.
+static STORED_HEADS: BatchStatement = BatchStatement::new(0, &KEY_COLUMNS, |source| {
     format!(
         "select tenant, conversation, head, messages from conversations \
-         where (tenant, conversation) in (select r.tenant, r.conversation from {})",
-        rows_source(backend, 1, &COLUMNS[..2]),
+         where (tenant, conversation) in (select r.tenant, r.conversation from {source})"
     )
 });
+
+/// A conversation's key: the first two of [`COLUMNS`].
+const KEY_COLUMNS: [Column; 2] = [COLUMNS[0], COLUMNS[1]];
 
 fn column_names() -> String {
     let names: Vec<&str> = COLUMNS.iter().map(|(name, _)| *name).collect();
@@ -170,8 +171,8 @@ pub(super) async fn stored_heads_on(
     backend: Backend,
     keys: &[ConversationKey<'_>],
 ) -> Result<StoredHeads> {
-    let rows = sqlx::query(STORED_HEADS.text(backend))
-        .bind(json_rows(keys)?)
+    let (text, arguments) = STORED_HEADS.bound(backend, AnyArguments::default(), keys)?;
+    let rows = sqlx::query_with(text, arguments)
         .fetch_all(&mut *connection)
         .await?;
     let mut stored = HashMap::new();
@@ -192,8 +193,8 @@ pub(super) async fn open_on(
     backend: Backend,
     batches: &[&MessageBatch<'_>],
 ) -> Result<()> {
-    sqlx::query(OPEN.text(backend))
-        .bind(json_rows(&opened_rows(batches))?)
+    let (text, arguments) = OPEN.bound(backend, AnyArguments::default(), &opened_rows(batches))?;
+    sqlx::query_with(text, arguments)
         .execute(&mut *connection)
         .await?;
     Ok(())
@@ -240,8 +241,8 @@ pub(super) async fn roll_up_on(
     backend: Backend,
     rows: &[ConversationRow],
 ) -> Result<HashMap<(String, ConversationId), i64>> {
-    let updated = sqlx::query(ROLL_UP.text(backend))
-        .bind(json_rows(rows)?)
+    let (text, arguments) = ROLL_UP.bound(backend, AnyArguments::default(), rows)?;
+    let updated = sqlx::query_with(text, arguments)
         .fetch_all(&mut *connection)
         .await?;
     let mut totals = HashMap::new();

@@ -18,12 +18,13 @@
 //! with a child outside the conversation, or another conversation's head,
 //! and every ancestor of those).
 
+use super::batch_rows::{add, BatchStatement, Column};
 use super::conversations::open_on;
-use super::json_rows::{json_rows, rows_source, BatchStatement, Column};
 use super::messages::MessageBatch;
 use crate::conversation::{ChainHash, ConversationId};
 use crate::store::{Backend, Result};
 use serde::Serialize;
+use sqlx::any::AnyArguments;
 use sqlx::AnyConnection;
 
 /// `mine(hash)`: every message conversation `$2` of tenant `$1` reaches,
@@ -60,23 +61,21 @@ const HEAD_COLUMNS: [Column; 3] = [
     ("head", "text"),
 ];
 
-/// Records the heads bound as `$1`, created at `$2`.
-static INSERT_HEADS: BatchStatement = BatchStatement::new(|backend| {
+/// Records the heads bound after `$1`, created at `$1`.
+static INSERT_HEADS: BatchStatement = BatchStatement::new(1, &HEAD_COLUMNS, |source| {
     format!(
         "insert into conversation_heads (tenant, conversation, head, created_at) \
-         select r.tenant, r.conversation, r.head, $2 from {} where true \
-         on conflict (tenant, conversation, head) do nothing",
-        rows_source(backend, 1, &HEAD_COLUMNS),
+         select r.tenant, r.conversation, r.head, $1 from {source} where true \
+         on conflict (tenant, conversation, head) do nothing"
     )
 });
 
-/// Drops the heads bound as `$1`: each one extended by a head recorded in
-/// the same transaction, which reaches it.
-static DROP_HEADS: BatchStatement = BatchStatement::new(|backend| {
+/// Drops the heads bound: each one extended by a head recorded in the
+/// same transaction, which reaches it.
+static DROP_HEADS: BatchStatement = BatchStatement::new(0, &HEAD_COLUMNS, |source| {
     format!(
         "delete from conversation_heads where (tenant, conversation, head) in \
-         (select r.tenant, r.conversation, r.head from {})",
-        rows_source(backend, 1, &HEAD_COLUMNS),
+         (select r.tenant, r.conversation, r.head from {source})"
     )
 });
 
@@ -103,9 +102,10 @@ pub(super) async fn record_heads_on(
         (a.tenant, a.conversation, a.head).cmp(&(b.tenant, b.conversation, b.head))
     });
     heads.dedup_by(|a, b| (a.tenant, a.conversation, a.head) == (b.tenant, b.conversation, b.head));
-    sqlx::query(INSERT_HEADS.text(backend))
-        .bind(json_rows(&heads)?)
-        .bind(created_at)
+    let mut fixed = AnyArguments::default();
+    add(&mut fixed, created_at)?;
+    let (text, arguments) = INSERT_HEADS.bound(backend, fixed, &heads)?;
+    sqlx::query_with(text, arguments)
         .execute(&mut *connection)
         .await?;
     let mut extended: Vec<HeadRow<'_>> = batches
@@ -116,8 +116,8 @@ pub(super) async fn record_heads_on(
         (a.tenant, a.conversation, a.head).cmp(&(b.tenant, b.conversation, b.head))
     });
     if !extended.is_empty() {
-        sqlx::query(DROP_HEADS.text(backend))
-            .bind(json_rows(&extended)?)
+        let (text, arguments) = DROP_HEADS.bound(backend, AnyArguments::default(), &extended)?;
+        sqlx::query_with(text, arguments)
             .execute(&mut *connection)
             .await?;
     }

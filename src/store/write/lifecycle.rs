@@ -10,13 +10,14 @@
 //! leases go first (they name its messages), then its messages, its heads,
 //! its request rows and its list row.
 
+use super::batch_rows::{add, hash_rows, BatchStatement, HASH_COLUMN};
 use super::heads::{MINE, SHARED};
-use super::json_rows::{hash_rows, rows_source, BatchStatement, HASH_COLUMN};
 use super::prune::{dead_ends, leaves, newest_heads, Link};
 use crate::conversation::{ChainHash, ConversationId, TenantId};
 use crate::store::coordination::locks::{lock_tenant, TenantLock};
 use crate::store::rows::{conversation_column, hash_column, now_ms, optional_hash_column};
 use crate::store::{Backend, Result, Store};
+use sqlx::any::AnyArguments;
 use sqlx::{AnyConnection, Row};
 
 const DELETE_TENANT: &[&str] = &[
@@ -55,10 +56,10 @@ impl Deleted {
 const DELETE_CHUNK: usize = 2_000;
 
 /// Deletes tenant `$1`'s rows of `table` whose `column` is among the
-/// hashes bound as `$2`.
+/// hashes bound after it.
 macro_rules! delete_hashes {
     ($table:literal, $column:literal) => {
-        BatchStatement::new(|backend| {
+        BatchStatement::new(1, &HASH_COLUMN, |source| {
             format!(
                 concat!(
                     "delete from ",
@@ -67,7 +68,7 @@ macro_rules! delete_hashes {
                     $column,
                     " in (select r.hash from {})"
                 ),
-                rows_source(backend, 2, &HASH_COLUMN)
+                source
             )
         })
     };
@@ -290,12 +291,13 @@ async fn delete_by_hash(
     statements: &[&'static BatchStatement],
     hashes: &[ChainHash],
 ) -> Result<Vec<u64>> {
-    let bound = hash_rows(hashes)?;
+    let rows = hash_rows(hashes);
     let mut counts = Vec::with_capacity(statements.len());
     for statement in statements {
-        let done = sqlx::query(statement.text(backend))
-            .bind(tenant.as_str())
-            .bind(bound.as_str())
+        let mut fixed = AnyArguments::default();
+        add(&mut fixed, tenant.as_str())?;
+        let (text, arguments) = statement.bound(backend, fixed, &rows)?;
+        let done = sqlx::query_with(text, arguments)
             .execute(&mut *connection)
             .await?;
         counts.push(done.rows_affected());

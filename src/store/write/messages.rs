@@ -5,14 +5,14 @@
 //! transaction that writes them, with each request's head and figures, is
 //! `commit`'s.
 
-use super::json_rows::{
-    hash_rows, hex, json_rows, optional_hex, rows_source, source_columns, BatchStatement, Column,
-    HASH_COLUMN,
+use super::batch_rows::{
+    add, hash_rows, hex, optional_hex, source_columns, BatchStatement, Column, HASH_COLUMN,
 };
 use crate::conversation::{ChainHash, ConversationId, TenantId};
 use crate::store::rows::{hash_column, HASH_CHUNK};
 use crate::store::{Backend, Result, Store};
 use serde::Serialize;
+use sqlx::any::AnyArguments;
 use sqlx::AnyConnection;
 use std::collections::HashSet;
 
@@ -63,9 +63,10 @@ impl Store {
         tenant: &TenantId,
         hashes: &[ChainHash],
     ) -> Result<HashSet<ChainHash>> {
-        let rows = sqlx::query(STORED_HASHES.text(self.backend))
-            .bind(tenant.as_str())
-            .bind(hash_rows(hashes)?)
+        let mut fixed = AnyArguments::default();
+        add(&mut fixed, tenant.as_str())?;
+        let (text, arguments) = STORED_HASHES.bound(self.backend, fixed, &hash_rows(hashes))?;
+        let rows = sqlx::query_with(text, arguments)
             .fetch_all(&self.pool)
             .await?;
         let found = rows
@@ -139,9 +140,10 @@ pub(super) async fn insert_rows(
             label: *label,
         })
         .collect();
-    let inserted = sqlx::query(INSERT_MESSAGES.text(backend))
-        .bind(json_rows(&rows)?)
-        .bind(created_at)
+    let mut fixed = AnyArguments::default();
+    add(&mut fixed, created_at)?;
+    let (text, arguments) = INSERT_MESSAGES.bound(backend, fixed, &rows)?;
+    let inserted = sqlx::query_with(text, arguments)
         .execute(&mut *connection)
         .await?;
     Ok(inserted.rows_affected())
@@ -157,12 +159,11 @@ struct ParentRow<'a> {
 
 const PARENT_COLUMNS: [Column; 2] = [("tenant", "text"), ("hash", "text")];
 
-/// How many of the messages bound as `$1` are not stored.
-static MISSING_PARENTS: BatchStatement = BatchStatement::new(|backend| {
+/// How many of the messages bound as rows are not stored.
+static MISSING_PARENTS: BatchStatement = BatchStatement::new(0, &PARENT_COLUMNS, |source| {
     format!(
-        "select count(*) from {} where not exists \
-         (select 1 from messages m where m.tenant = r.tenant and m.hash = r.hash)",
-        rows_source(backend, 1, &PARENT_COLUMNS),
+        "select count(*) from {source} where not exists \
+         (select 1 from messages m where m.tenant = r.tenant and m.hash = r.hash)"
     )
 });
 
@@ -186,8 +187,8 @@ pub(super) async fn parents_stored(
     if parents.is_empty() {
         return Ok(true);
     }
-    let missing: i64 = sqlx::query_scalar(MISSING_PARENTS.text(backend))
-        .bind(json_rows(&parents)?)
+    let (text, arguments) = MISSING_PARENTS.bound(backend, AnyArguments::default(), &parents)?;
+    let missing: i64 = sqlx::query_scalar_with(text, arguments)
         .fetch_one(&mut *connection)
         .await?;
     Ok(missing == 0)
@@ -222,21 +223,17 @@ const MESSAGE_COLUMNS: [Column; 9] = [
     ("label", "text"),
 ];
 
-/// Inserts the rows bound as `$1`, all created at `$2`.
-static INSERT_MESSAGES: BatchStatement = BatchStatement::new(|backend| {
+/// Inserts the rows bound after `$1`, all created at `$1`.
+static INSERT_MESSAGES: BatchStatement = BatchStatement::new(1, &MESSAGE_COLUMNS, |source| {
     format!(
         "insert into messages (tenant, hash, parent, position, role, body, bytes, \
-         token_estimate, label, created_at) select {}, $2 from {} where true \
+         token_estimate, label, created_at) select {}, $1 from {source} where true \
          on conflict (tenant, hash) do nothing",
         source_columns(&MESSAGE_COLUMNS),
-        rows_source(backend, 1, &MESSAGE_COLUMNS),
     )
 });
 
-/// Which of the hashes bound as `$2` tenant `$1` has stored.
-static STORED_HASHES: BatchStatement = BatchStatement::new(|backend| {
-    format!(
-        "select hash from messages where tenant = $1 and hash in (select r.hash from {})",
-        rows_source(backend, 2, &HASH_COLUMN),
-    )
+/// Which of the hashes bound after `$1` tenant `$1` has stored.
+static STORED_HASHES: BatchStatement = BatchStatement::new(1, &HASH_COLUMN, |source| {
+    format!("select hash from messages where tenant = $1 and hash in (select r.hash from {source})")
 });

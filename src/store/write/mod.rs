@@ -7,7 +7,7 @@
 //! (`compactions`), the request's figures (`requests`) and learned model
 //! sizes (`limits`); written in group commits off the request path
 //! (`writer`), one transaction each (`commit`), bound in batches
-//! (`json_rows`).
+//! (`batch_rows`).
 //!
 //! Deleting conversations and pruning dead ends is writing too
 //! (`lifecycle`): it deletes rows the writes above insert, under the same
@@ -15,11 +15,11 @@
 //! a function of rows `lifecycle` read, so it lives beside its one caller
 //! rather than with the instance coordination that schedules it.
 
+mod batch_rows;
 mod commit;
 pub(super) mod compactions;
 pub(super) mod conversations;
 pub(super) mod heads;
-mod json_rows;
 mod lifecycle;
 mod limits;
 mod messages;

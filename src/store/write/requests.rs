@@ -5,12 +5,13 @@
 //! the background after the response. The chart reads them back
 //! (`store::read::requests`).
 
+use super::batch_rows::{hex, source_columns, BatchStatement, Column};
 use super::conversations::{roll_up_on, stored_heads_on, ConversationKey, ConversationRow};
-use super::json_rows::{hex, json_rows, rows_source, source_columns, BatchStatement, Column};
 use crate::conversation::{ChainHash, ConversationId, TenantId};
 use crate::domain::CompactionFailure;
 use crate::store::{Backend, Result, Store};
 use serde::Serialize;
+use sqlx::any::AnyArguments;
 use sqlx::AnyConnection;
 use std::collections::HashMap;
 
@@ -49,15 +50,14 @@ pub struct RequestRecord {
     pub degraded: bool,
 }
 
-/// Inserts the request rows bound as `$1`.
-static INSERT_REQUESTS: BatchStatement = BatchStatement::new(|backend| {
+/// Inserts the request rows bound.
+static INSERT_REQUESTS: BatchStatement = BatchStatement::new(0, &REQUEST_COLUMNS, |source| {
     format!(
         "insert into requests (tenant, conversation, root, id, head, messages, model, upstream, status, \
          sent_bytes, estimated_tokens, upstream_input_tokens, window_tokens, \
          compacted_messages, compactions, overflows, compaction_error, degraded, created_at) \
-         select {} from {}",
+         select {} from {source}",
         source_columns(&REQUEST_COLUMNS),
-        rows_source(backend, 1, &REQUEST_COLUMNS),
     )
 });
 
@@ -277,8 +277,8 @@ async fn insert_requests(
         .iter()
         .map(|record| RequestRow::of(record))
         .collect();
-    sqlx::query(INSERT_REQUESTS.text(backend))
-        .bind(json_rows(&rows)?)
+    let (text, arguments) = INSERT_REQUESTS.bound(backend, AnyArguments::default(), &rows)?;
+    sqlx::query_with(text, arguments)
         .execute(&mut *connection)
         .await?;
     Ok(())

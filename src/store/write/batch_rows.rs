@@ -1,0 +1,342 @@
+//! Step 3, persist: rows in batches.
+//!
+//! A batch of rows bound to one statement whose text does not change with
+//! every row count: a multi-row `values (…), (…)` list of the exact count
+//! is a new statement for every count, so each batch made the database
+//! parse and plan it afresh (pg_stat_statements, growing conversations:
+//! planning alone cost more than executing the conversation lookups, and
+//! 0.45 ms per 100-message insert).
+//!
+//! - **Postgres** takes the rows as one JSON array of objects, opened with
+//!   `json_to_recordset`: one text, prepared once per connection, and no
+//!   row count runs into the parameter limit.
+//! - **SQLite** takes them as a `values` list of bound cells, its row count
+//!   rounded up to a power of two with rows of nulls that the row source
+//!   filters out: at most a dozen texts per statement, each prepared once
+//!   per connection. JSON cost SQLite more than the rows' own writes: with
+//!   `json_each`, every `->>` parsed its row's object again (its JSON
+//!   functions were 28 % of all instructions of a small request,
+//!   `bench/callgrind.sh`), and the bundled SQLite (3.46) has no
+//!   `jsonb_each` that would parse each row once.
+//!
+//! Either way the row source is named `r`, with the same columns on both
+//! backends, and its parameters come after the statement's own.
+
+use crate::conversation::ChainHash;
+use crate::store::Backend;
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+use sqlx::any::AnyArguments;
+use sqlx::Arguments;
+use std::sync::OnceLock;
+
+/// A column of a row source: its name (the row's field) and, for
+/// Postgres, its SQL type. The first column of every source is never
+/// null: SQLite's padding rows are told apart by it.
+pub(super) type Column = (&'static str, &'static str);
+
+/// Row counts SQLite's texts are written for: 1, 2, 4, … 4,096. A batch is
+/// at most 2,000 rows (the largest chunk), and 4,096 rows of the widest
+/// source (19 columns) would pass SQLite's 32,766 parameters.
+const SQLITE_SIZES: usize = 13;
+
+/// Rows per statement that SQLite's parameter limit (32,766) allows for
+/// `columns` columns.
+const SQLITE_PARAMETERS: usize = 32_766;
+
+/// A statement over a row source `r`: its text for each backend (and, on
+/// SQLite, each padded row count), written on first use and the same ever
+/// after, so each connection prepares it once.
+pub(super) struct BatchStatement {
+    /// Writes the statement around the row source's text.
+    write: fn(&str) -> String,
+    /// The statement's own parameters, `$1` to `$fixed`, bound before the
+    /// rows.
+    fixed: usize,
+    columns: &'static [Column],
+    postgres: OnceLock<String>,
+    sqlite: [OnceLock<String>; SQLITE_SIZES],
+}
+
+impl BatchStatement {
+    /// A statement with `fixed` parameters of its own, whose rows have
+    /// `columns`; `write` puts the row source's text where the statement
+    /// reads it.
+    pub(super) const fn new(
+        fixed: usize,
+        columns: &'static [Column],
+        write: fn(&str) -> String,
+    ) -> Self {
+        Self {
+            write,
+            fixed,
+            columns,
+            postgres: OnceLock::new(),
+            sqlite: [const { OnceLock::new() }; SQLITE_SIZES],
+        }
+    }
+
+    /// The text for `rows` rows.
+    pub(super) fn text(&'static self, backend: Backend, rows: usize) -> &'static str {
+        let parameter = self.fixed + 1;
+        match backend {
+            Backend::Postgres => self
+                .postgres
+                .get_or_init(|| (self.write)(&postgres_source(parameter, self.columns))),
+            Backend::Sqlite => {
+                let size = sqlite_size(rows);
+                self.sqlite[size].get_or_init(|| {
+                    (self.write)(&sqlite_source(parameter, self.columns, 1 << size))
+                })
+            }
+        }
+    }
+
+    /// The text for `rows` and its arguments: the statement's own,
+    /// already in `arguments`, then the rows.
+    pub(super) fn bound<'q, T: Serialize>(
+        &'static self,
+        backend: Backend,
+        mut arguments: AnyArguments<'q>,
+        rows: &[T],
+    ) -> Result<(&'static str, AnyArguments<'q>), sqlx::Error> {
+        self.bind(&mut arguments, backend, rows)?;
+        Ok((self.text(backend, rows.len()), arguments))
+    }
+
+    fn bind<T: Serialize>(
+        &self,
+        arguments: &mut AnyArguments<'_>,
+        backend: Backend,
+        rows: &[T],
+    ) -> Result<(), sqlx::Error> {
+        debug_assert_eq!(
+            arguments.len(),
+            self.fixed,
+            "the statement's own parameters first"
+        );
+        match backend {
+            Backend::Postgres => add(arguments, json_rows(rows)?),
+            Backend::Sqlite => bind_cells(arguments, self.columns, rows),
+        }
+    }
+}
+
+/// `$parameter`, a JSON array of objects, as the row source `r`.
+fn postgres_source(parameter: usize, columns: &[Column]) -> String {
+    let typed: Vec<String> = columns
+        .iter()
+        .map(|(name, sql_type)| format!("{name} {sql_type}"))
+        .collect();
+    format!(
+        "json_to_recordset(${parameter}::json) as r({})",
+        typed.join(", ")
+    )
+}
+
+/// `rows` rows of bound cells from `$parameter` on, as the row source `r`
+/// without the padding rows.
+fn sqlite_source(parameter: usize, columns: &[Column], rows: usize) -> String {
+    let fields: Vec<String> = columns
+        .iter()
+        .enumerate()
+        .map(|(index, (name, _))| format!("column{} as {name}", index + 1))
+        .collect();
+    let values: Vec<String> = (0..rows)
+        .map(|row| {
+            let first = parameter + row * columns.len();
+            let cells: Vec<String> = (first..first + columns.len())
+                .map(|cell| format!("${cell}"))
+                .collect();
+            format!("({})", cells.join(", "))
+        })
+        .collect();
+    format!(
+        "(select {} from (values {}) where column1 is not null) as r",
+        fields.join(", "),
+        values.join(", ")
+    )
+}
+
+/// The index of the smallest size in [`SQLITE_SIZES`] that holds `rows`.
+fn sqlite_size(rows: usize) -> usize {
+    let size = rows.max(1).next_power_of_two().trailing_zeros() as usize;
+    assert!(size < SQLITE_SIZES, "{rows} rows in one statement");
+    size
+}
+
+/// Each row's cells in column order, then rows of nulls up to the padded
+/// count.
+fn bind_cells<T: Serialize>(
+    arguments: &mut AnyArguments<'_>,
+    columns: &[Column],
+    rows: &[T],
+) -> Result<(), sqlx::Error> {
+    let padded = 1 << sqlite_size(rows.len());
+    assert!(
+        padded * columns.len() <= SQLITE_PARAMETERS,
+        "{} rows of {} columns pass SQLite's parameter limit",
+        rows.len(),
+        columns.len()
+    );
+    for row in rows {
+        let Value::Object(mut fields) = serde_json::to_value(row).map_err(encode_error)? else {
+            return Err(encode_error("a batch row is a struct"));
+        };
+        for (name, _) in columns {
+            add_cell(arguments, fields.remove(*name).unwrap_or(Value::Null))?;
+        }
+    }
+    for _ in 0..(padded - rows.len()) * columns.len() {
+        add(arguments, None::<i64>)?;
+    }
+    Ok(())
+}
+
+/// One cell as SQLite's `->>` read it from JSON: numbers as numbers, text
+/// as text, objects and arrays as their JSON text.
+fn add_cell(arguments: &mut AnyArguments<'_>, cell: Value) -> Result<(), sqlx::Error> {
+    match cell {
+        Value::Null => add(arguments, None::<i64>),
+        Value::Bool(flag) => add(arguments, i64::from(flag)),
+        Value::Number(number) => match number.as_i64() {
+            Some(integer) => add(arguments, integer),
+            None => add(arguments, number.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(text) => add(arguments, text),
+        nested => add(arguments, nested.to_string()),
+    }
+}
+
+/// Adds `value` to `arguments`, for a statement's own parameters.
+pub(super) fn add<'q, T>(arguments: &mut AnyArguments<'q>, value: T) -> Result<(), sqlx::Error>
+where
+    T: sqlx::Encode<'q, sqlx::Any> + sqlx::Type<sqlx::Any> + 'q,
+{
+    arguments.add(value).map_err(sqlx::Error::Encode)
+}
+
+fn encode_error(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> sqlx::Error {
+    sqlx::Error::Encode(error.into())
+}
+
+/// `r.a, r.b, …`: the source's columns, in order.
+pub(super) fn source_columns(columns: &[Column]) -> String {
+    let names: Vec<String> = columns
+        .iter()
+        .map(|(name, _)| format!("r.{name}"))
+        .collect();
+    names.join(", ")
+}
+
+/// The JSON text Postgres reads `rows` from.
+fn json_rows<T: Serialize>(rows: &[T]) -> Result<String, sqlx::Error> {
+    serde_json::to_string(rows).map_err(encode_error)
+}
+/// Serializes a chain hash as the hex text the hash columns hold.
+pub(super) fn hex<S: Serializer>(hash: &ChainHash, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&hash.to_hex())
+}
+
+/// [`hex`] for a hash that may be absent.
+pub(super) fn optional_hex<S: Serializer>(
+    hash: &Option<ChainHash>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match hash {
+        Some(hash) => hex(hash, serializer),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// One hash, as the rows [`hash_rows`] makes hold it.
+#[derive(Serialize)]
+pub(super) struct HashRow<'a> {
+    #[serde(serialize_with = "hex")]
+    hash: &'a ChainHash,
+}
+
+/// The hashes as a row source's rows, one [`HASH_COLUMN`] each.
+pub(super) fn hash_rows(hashes: &[ChainHash]) -> Vec<HashRow<'_>> {
+    hashes.iter().map(|hash| HashRow { hash }).collect()
+}
+
+/// The one column of [`hash_rows`].
+pub(super) const HASH_COLUMN: [Column; 1] = [("hash", "text")];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COLUMNS: [Column; 2] = [("hash", "text"), ("position", "bigint")];
+
+    static SELECT: BatchStatement =
+        BatchStatement::new(1, &COLUMNS, |source| format!("select r.hash from {source}"));
+
+    #[test]
+    fn postgres_types_the_record_set_after_the_statements_own_parameters() {
+        assert_eq!(
+            SELECT.text(Backend::Postgres, 3),
+            "select r.hash from json_to_recordset($2::json) as r(hash text, position bigint)"
+        );
+        assert_eq!(source_columns(&COLUMNS), "r.hash, r.position");
+    }
+
+    #[test]
+    fn sqlite_pads_the_row_count_to_a_power_of_two_and_filters_the_padding() {
+        assert_eq!(
+            SELECT.text(Backend::Sqlite, 3),
+            "select r.hash from (select column1 as hash, column2 as position from \
+             (values ($2, $3), ($4, $5), ($6, $7), ($8, $9)) where column1 is not null) as r"
+        );
+        assert_eq!(
+            SELECT.text(Backend::Sqlite, 4),
+            SELECT.text(Backend::Sqlite, 3),
+            "one text for every count up to the same power of two"
+        );
+        assert_ne!(
+            SELECT.text(Backend::Sqlite, 5),
+            SELECT.text(Backend::Sqlite, 4)
+        );
+    }
+
+    #[derive(Serialize)]
+    struct Row {
+        position: i64,
+        #[serde(serialize_with = "hex")]
+        hash: ChainHash,
+    }
+
+    #[test]
+    fn sqlite_binds_each_cell_in_column_order_then_the_padding() {
+        let hash = ChainHash::from_hex(&"ab".repeat(32)).expect("hex");
+        let mut arguments = AnyArguments::default();
+        add(&mut arguments, "tenant").expect("binds");
+        let rows = [
+            Row { position: 7, hash },
+            Row { position: 8, hash },
+            Row { position: 9, hash },
+        ];
+        SELECT
+            .bind(&mut arguments, Backend::Sqlite, &rows)
+            .expect("binds");
+        assert_eq!(
+            arguments.len(),
+            1 + 4 * 2,
+            "the fixed parameter, 3 rows and a padding row"
+        );
+    }
+
+    #[test]
+    fn postgres_binds_the_rows_as_one_json_text() {
+        let hash = ChainHash::from_hex(&"ab".repeat(32)).expect("hex");
+        let mut arguments = AnyArguments::default();
+        add(&mut arguments, "tenant").expect("binds");
+        SELECT
+            .bind(&mut arguments, Backend::Postgres, &hash_rows(&[hash]))
+            .expect("binds");
+        assert_eq!(arguments.len(), 2);
+        let json = json_rows(&hash_rows(&[hash])).expect("serializes");
+        assert_eq!(json, format!(r#"[{{"hash":"{}"}}]"#, "ab".repeat(32)));
+    }
+}
