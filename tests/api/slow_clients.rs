@@ -119,11 +119,15 @@ async fn at_the_connection_cap_silent_connections_make_room_for_a_valid_request(
     // slow machine the proxy may have drained them before a count is read.
     // Without that cut the 480 would hold their places for 30 s, and the
     // request below would time out whatever the moment it is sent.
-    wait_until(PATIENCE, "the proxy at its cap of 480 connections", || async {
-        proxy
-            .log_text()
-            .contains("connection limit reached (server.max_connections)")
-    })
+    wait_until(
+        PATIENCE,
+        "the proxy at its cap of 480 connections",
+        || async {
+            proxy
+                .log_text()
+                .contains("connection limit reached (server.max_connections)")
+        },
+    )
     .await;
     let answered = list_models(&proxy, Duration::from_secs(2)).await;
     assert_eq!(
