@@ -2,8 +2,9 @@
 //!
 //! Who is calling and which conversation this is (ARCHITECTURE.md step 2).
 
+use crate::conversation::memo::Linked;
 use crate::conversation::{ChainHash, ChainMemo, Conversation, ConversationId, TenantId};
-use crate::protocol::{Adapter, ChatRequest, Outline};
+use crate::protocol::{text_only, Adapter, ChatRequest, Outline, Piece};
 use http::{HeaderMap, HeaderName};
 
 /// Headers that name a session, first found wins: the explicit one, then
@@ -34,15 +35,22 @@ pub fn conversation(
     memo: Option<&ChainMemo>,
 ) -> Option<(ChatRequest, Conversation)> {
     let tenant = TenantId::from_credential(salt, credential(headers));
-    let (request, chain) = match memo {
+    let (request, chain, text_only) = match memo {
         Some(memo) => {
-            let chain = memoized_chain(adapter, &tenant, &outline, memo)?;
-            (outline.verified(), chain)
+            let linked = memoized_chain(adapter, &tenant, &outline, memo)?;
+            let text_only = match outline.around_spans() {
+                Some(around) => linked.text_only && text_alone(adapter, around),
+                // Messages parsed whole: no spans to search around.
+                None => text_only(adapter, outline.text()),
+            };
+            (outline.verified(), linked.chain, text_only)
         }
         None => {
+            let outline_text = outline.text().to_vec();
             let request = outline.parse_all()?;
             let chain = chain(adapter, &tenant, &request);
-            (request, chain)
+            let text_only = text_only(adapter, &outline_text);
+            (request, chain, text_only)
         }
     };
     // An empty header names no session: a later header may.
@@ -60,6 +68,7 @@ pub fn conversation(
         id,
         chain,
         label,
+        text_only,
     };
     Some((request, conversation))
 }
@@ -85,7 +94,7 @@ fn memoized_chain(
     tenant: &TenantId,
     outline: &Outline,
     memo: &ChainMemo,
-) -> Option<Vec<ChainHash>> {
+) -> Option<Linked> {
     let mut first_parsed = None;
     let mut parsed = Vec::new();
     let chain = memo.chain(
@@ -106,6 +115,7 @@ fn memoized_chain(
             }
             Some(link)
         },
+        |piece| piece_text_only(adapter, piece),
     )?;
     if let Some(first) = first_parsed {
         if first + parsed.len() == outline.message_count() {
@@ -113,6 +123,22 @@ fn memoized_chain(
         }
     }
     Some(chain)
+}
+
+/// Whether `piece` carries text alone, as [`text_only`] finds it.
+fn piece_text_only(adapter: &dyn Adapter, piece: &Piece<'_>) -> bool {
+    match piece {
+        Piece::Text(bytes) => text_only(adapter, bytes),
+        Piece::Parsed(value) => {
+            serde_json::to_vec(value).is_ok_and(|bytes| text_only(adapter, &bytes))
+        }
+    }
+}
+
+/// Whether the parts of the body around its messages carry text alone:
+/// server tools and attachments may sit outside them.
+fn text_alone(adapter: &dyn Adapter, parts: [&[u8]; 2]) -> bool {
+    parts.iter().all(|part| text_only(adapter, part))
 }
 
 /// The caller's credential as sent; hashed at once, never kept. Google's
@@ -236,6 +262,50 @@ mod tests {
             conversation("k1", body).chain,
             conversation("k2", body).chain
         );
+    }
+
+    /// Whether a body carries text alone, with and without the memo, the
+    /// first time and re-sent: the same answer as searching it whole.
+    #[test]
+    fn text_alone_is_what_a_search_of_the_whole_body_finds() {
+        use serde_json::json;
+        let memo = ChainMemo::new(100);
+        let anthropic = crate::protocol::anthropic::PROTOCOL.adapter();
+        let openai = crate::protocol::openai::PROTOCOL.adapter();
+        let hi = json!({"role": "user", "content": "hi"});
+        let image = json!({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:…"}}]});
+        let cases: [(&dyn Adapter, serde_json::Value, bool); 4] = [
+            (openai, json!({"model": "m", "messages": [hi]}), true),
+            (
+                openai,
+                json!({"model": "m", "messages": [hi, image]}),
+                false,
+            ),
+            (
+                anthropic,
+                json!({"model": "m", "max_tokens": 9, "system": "be brief", "messages": [hi]}),
+                true,
+            ),
+            // A server tool sits beside the messages, not in them.
+            (
+                anthropic,
+                json!({"model": "m", "max_tokens": 9, "messages": [hi],
+                       "tools": [{"type": "web_search_20250305", "name": "web_search"}]}),
+                false,
+            ),
+        ];
+        for (adapter, body, expected) in cases {
+            let bytes = serde_json::to_vec(&body).expect("serializes");
+            assert_eq!(text_only(adapter, &bytes), expected, "{body}");
+            for memo in [None, Some(&memo), Some(&memo)] {
+                let mut headers = HeaderMap::new();
+                headers.insert("x-api-key", "k".parse().expect("header"));
+                let outline = outline(adapter, bytes.clone());
+                let (_, conversation) =
+                    super::conversation(adapter, b"salt", &headers, outline, memo).expect("parses");
+                assert_eq!(conversation.text_only, expected, "{body}");
+            }
+        }
     }
 
     fn chain_of(

@@ -55,17 +55,33 @@ const CHAIN_PROBES: usize = 8;
 pub struct ChainMemo {
     links: Cache<Key, ChainHash>,
     /// Whole chains, by the running digest of what they link.
-    chains: Cache<[u8; 16], Arc<[ChainHash]>, ChainBytes>,
+    chains: Cache<[u8; 16], Kept, ChainBytes>,
     /// A hasher holding the per-process secret, cloned for every digest.
     hasher: Xxh3,
+}
+
+/// A whole chain as kept: its links, and whether every part it links
+/// carries text alone.
+#[derive(Clone)]
+struct Kept {
+    links: Arc<[ChainHash]>,
+    text_only: bool,
+}
+
+/// A request's chain, and whether its system part and messages carry text
+/// alone (what calibrating from its usage needs to know).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Linked {
+    pub chain: Vec<ChainHash>,
+    pub text_only: bool,
 }
 
 #[derive(Clone)]
 struct ChainBytes;
 
-impl Weighter<[u8; 16], Arc<[ChainHash]>> for ChainBytes {
-    fn weight(&self, _key: &[u8; 16], chain: &Arc<[ChainHash]>) -> u64 {
-        (std::mem::size_of_val::<[ChainHash]>(chain) + 64) as u64
+impl Weighter<[u8; 16], Kept> for ChainBytes {
+    fn weight(&self, _key: &[u8; 16], kept: &Kept) -> u64 {
+        (std::mem::size_of_val::<[ChainHash]>(&kept.links) + 64) as u64
     }
 }
 
@@ -102,6 +118,11 @@ impl ChainMemo {
     /// found in one probe, if it ends at most [`CHAIN_PROBES`] messages
     /// short of it. `None` when `root` or `link` is: a part that does not
     /// parse has no link, and the chain is not kept.
+    ///
+    /// Whether the parts carry text alone is asked of `text_only` for the
+    /// parts linked here, and remembered with the chain for the rest: a
+    /// re-sent history is not searched again.
+    #[allow(clippy::too_many_arguments)]
     pub fn chain(
         &self,
         scheme: &str,
@@ -110,7 +131,8 @@ impl ChainMemo {
         messages: &[Piece<'_>],
         root: impl FnOnce() -> Option<ChainHash>,
         mut link: impl FnMut(ChainHash, usize) -> Option<ChainHash>,
-    ) -> Option<Vec<ChainHash>> {
+        text_only: impl Fn(&Piece<'_>) -> bool,
+    ) -> Option<Linked> {
         let root_digest = self.digest(&["root", scheme, tenant.as_str()], system);
         let digests: Vec<[u8; 16]> = messages
             .iter()
@@ -118,16 +140,22 @@ impl ChainMemo {
             .collect();
         let ends = self.chain_digests(&root_digest, &digests);
         let mut chain = Vec::with_capacity(messages.len() + 1);
-        match self.longest_kept(&ends) {
-            Some(kept) => chain.extend_from_slice(&kept),
-            None => chain.push(self.remembered(
-                Key {
-                    previous: None,
-                    digest: root_digest,
-                },
-                root,
-            )?),
-        }
+        let mut text = match self.longest_kept(&ends) {
+            Some(kept) => {
+                chain.extend_from_slice(&kept.links);
+                kept.text_only
+            }
+            None => {
+                chain.push(self.remembered(
+                    Key {
+                        previous: None,
+                        digest: root_digest,
+                    },
+                    root,
+                )?);
+                system.iter().all(&text_only)
+            }
+        };
         let kept = chain.len();
         for (index, digest) in digests.iter().enumerate().skip(kept - 1) {
             let previous = chain[chain.len() - 1];
@@ -136,11 +164,20 @@ impl ChainMemo {
                 digest: *digest,
             };
             chain.push(self.remembered(key, || link(previous, index))?);
+            text = text && text_only(&messages[index]);
         }
         if kept < chain.len() {
-            self.chains.insert(ends[0].1, Arc::from(chain.as_slice()));
+            let links = Arc::from(chain.as_slice());
+            let kept = Kept {
+                links,
+                text_only: text,
+            };
+            self.chains.insert(ends[0].1, kept);
         }
-        Some(chain)
+        Some(Linked {
+            chain,
+            text_only: text,
+        })
     }
 
     /// `(n, digest)` naming the chain of the root and the first `n`
@@ -166,9 +203,12 @@ impl ChainMemo {
     }
 
     /// The longest kept chain among `ends`.
-    fn longest_kept(&self, ends: &[(usize, [u8; 16])]) -> Option<Arc<[ChainHash]>> {
-        ends.iter()
-            .find_map(|(n, digest)| self.chains.get(digest).filter(|chain| chain.len() == n + 1))
+    fn longest_kept(&self, ends: &[(usize, [u8; 16])]) -> Option<Kept> {
+        ends.iter().find_map(|(n, digest)| {
+            self.chains
+                .get(digest)
+                .filter(|kept| kept.links.len() == n + 1)
+        })
     }
 
     /// The digest of `pieces` under `context`. A piece of the client's
@@ -494,8 +534,10 @@ mod tests {
                 computed.fetch_add(1, Ordering::SeqCst);
                 Some(previous.next(messages[index].to_string().as_bytes()))
             },
+            |_| true,
         )
         .expect("every link computed")
+        .chain
     }
 
     #[test]
@@ -561,6 +603,7 @@ mod tests {
                     let value: Value = serde_json::from_slice(texts[index]).ok()?;
                     Some(previous.next(value.to_string().as_bytes()))
                 },
+                |_| true,
             )
         };
         assert_eq!(chain(), None);
@@ -570,6 +613,59 @@ mod tests {
             linked.load(Ordering::SeqCst),
             1,
             "the first link is remembered, the failing one is tried again"
+        );
+    }
+
+    /// Whether a history carries text alone is searched once per message:
+    /// a re-sent history takes it from the kept chain, and a grown one
+    /// searches only its new messages.
+    #[test]
+    fn whether_a_history_is_text_alone_is_kept_with_its_chain() {
+        let memo = ChainMemo::default();
+        let tenant = TenantId::from_credential(b"", Some(b"k"));
+        let searched = AtomicUsize::new(0);
+        let link = |messages: &[Value]| {
+            let pieces: Vec<Piece<'_>> = messages.iter().map(Piece::Parsed).collect();
+            memo.chain(
+                "s",
+                &tenant,
+                &[],
+                &pieces,
+                || Some(ChainHash::root(&tenant, b"")),
+                |previous, index| Some(previous.next(messages[index].to_string().as_bytes())),
+                |piece| {
+                    searched.fetch_add(1, Ordering::SeqCst);
+                    !matches!(piece, Piece::Parsed(value) if value.get("image").is_some())
+                },
+            )
+            .expect("links")
+            .text_only
+        };
+        let mut messages = history(4);
+        assert!(link(&messages));
+        assert_eq!(searched.swap(0, Ordering::SeqCst), 4);
+        assert!(link(&messages), "re-sent");
+        assert_eq!(
+            searched.swap(0, Ordering::SeqCst),
+            0,
+            "nothing searched again"
+        );
+        messages.push(json!({"role": "user", "image": "…"}));
+        assert!(!link(&messages), "grown by an image");
+        assert_eq!(
+            searched.swap(0, Ordering::SeqCst),
+            1,
+            "only the new message"
+        );
+        messages.push(json!({"role": "user", "content": "and now?"}));
+        assert!(
+            !link(&messages),
+            "an image earlier in the kept chain still counts"
+        );
+        assert_eq!(
+            searched.swap(0, Ordering::SeqCst),
+            0,
+            "past the image, nothing to ask"
         );
     }
 }

@@ -25,6 +25,10 @@ pub struct Conversation {
     /// `x-conversation-id` or a client's session header, for people: the
     /// session it names is `id`, the chain stays content-addressed.
     pub label: Option<String>,
+    /// Whether the request carries text alone (no image, file, audio or
+    /// server tool the upstream counts in tokens Condenser cannot see):
+    /// only then may its usage calibrate the estimates.
+    pub text_only: bool,
 }
 
 impl Conversation {

@@ -76,8 +76,12 @@ pub enum Span {
 impl Span {
     /// The client's bytes: an item, or items with the commas between them.
     fn bytes<'t>(&self, text: &'t [u8]) -> &'t [u8] {
+        &text[self.range()]
+    }
+
+    fn range(&self) -> Range<usize> {
         match self {
-            Span::Item(range) | Span::Items(range) => &text[range.clone()],
+            Span::Item(range) | Span::Items(range) => range.clone(),
         }
     }
 
@@ -301,6 +305,29 @@ impl Outline {
             (Some(spans), _) => pieces(&self.0.text, spans),
             (None, value) => value.map(Piece::Parsed).into_iter().collect(),
         }
+    }
+
+    /// The client's bytes before and after the spans of its system part
+    /// and messages: all the rest of the body (tools, options, a system
+    /// prompt given apart). `None` when the messages were parsed whole.
+    pub fn around_spans(&self) -> Option<[&[u8]; 2]> {
+        let messages = self.0.messages.spans.as_deref()?;
+        let spans = self.0.system.spans_or_none().iter().chain(messages);
+        let (start, end) = spans
+            .map(Span::range)
+            .fold((usize::MAX, 0), |(start, end), range| {
+                (start.min(range.start), end.max(range.end))
+            });
+        let text = &self.0.text[..];
+        if start > end {
+            return Some([text, &[]]);
+        }
+        Some([&text[..start], &text[end..]])
+    }
+
+    /// The body as the client sent it.
+    pub fn text(&self) -> &[u8] {
+        &self.0.text
     }
 
     /// One piece per message.

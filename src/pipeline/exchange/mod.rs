@@ -44,6 +44,18 @@ pub struct Incoming {
     pub conversation: Conversation,
 }
 
+impl Incoming {
+    /// Whether `sent` carries text alone: known from identification when
+    /// it is the client's body, whose messages were searched once each
+    /// (a re-sent history not again); searched whole when rewritten.
+    fn text_only(&self, sent: &[u8]) -> bool {
+        if sent.as_ptr() == self.original.as_ptr() && sent.len() == self.original.len() {
+            return self.conversation.text_only;
+        }
+        crate::protocol::text_only(self.adapter, sent)
+    }
+}
+
 pub struct Exchange {
     state: AppState,
     incoming: Incoming,
@@ -293,7 +305,7 @@ impl Exchange {
             model: request.model.clone(),
             tenant: conversation.tenant.clone(),
             sent_bytes: sent.len(),
-            text_only: crate::protocol::text_only(*adapter, sent),
+            text_only: self.incoming.text_only(sent),
             requested_output: adapter.max_output_tokens(request).unwrap_or(0),
             answer: genai::Answer::new(span),
         };
