@@ -82,6 +82,8 @@ both_backends!(
     the_compact_endpoint_is_answered_by_condenser,
     forward_mode_passes_the_compact_endpoint_untouched,
     context_management_is_removed_where_condenser_serves,
+    past_its_threshold_a_request_is_answered_after_a_compaction_item,
+    past_its_threshold_a_stream_carries_the_compaction_item_first,
 );
 
 async fn a_compaction_trigger_is_answered_by_condenser(backend: TestBackend) {
@@ -293,4 +295,205 @@ async fn context_management_is_removed_where_condenser_serves(backend: TestBacke
     assert_eq!(response.status(), 400);
     let error = response.text().await.unwrap_or_default();
     assert!(error.contains("Extra inputs are not permitted"), "{error}");
+}
+
+/// A conversation of about 1,600 tokens (four bytes a token) whose old
+/// turns are worth compacting, asking for compaction past 1,000 tokens.
+fn managed(stream: bool) -> Value {
+    let input = vec![
+        user(&format!("Read this log: {}", filler(3_000, 1))),
+        json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Read it."}]}),
+        user(&format!("And this one: {}", filler(3_000, 2))),
+        json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Noted."}]}),
+        user("Now fix the bug."),
+    ];
+    json!({"model": MODEL, "input": input, "store": false, "stream": stream,
+        "context_management": [{"type": "compaction", "compact_threshold": 1000}]})
+}
+
+/// The input of the request the upstream last answered.
+fn upstream_input(app: &TestApp) -> Vec<Value> {
+    let accepted = app.upstream.last_accepted().expect("accepted");
+    let input = accepted.json.expect("json")["input"].clone();
+    input.as_array().expect("input").clone()
+}
+
+/// What the upstream got for the reply: Condenser's summary in place of
+/// the old turns, and no `context_management`.
+fn assert_compacted_upstream(app: &TestApp) {
+    let accepted = app.upstream.last_accepted().expect("accepted");
+    let sent = accepted.json.expect("json");
+    assert!(sent.get("context_management").is_none());
+    let text = sent["input"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap_or("");
+    assert!(text.starts_with(SUMMARY_MARKER), "{sent}");
+    assert!(!accepted.body.windows(10).any(|w| w == b"fact-00001"));
+    assert_eq!(app.upstream.summary_requests().len(), 1);
+}
+
+async fn past_its_threshold_a_request_is_answered_after_a_compaction_item(backend: TestBackend) {
+    let app = spawn_app_with(options(backend)).await;
+    let response = app.post_responses(&managed(false)).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.expect("json");
+    let output = body["output"].as_array().expect("output");
+    assert_eq!(output.len(), 2, "{body}");
+    assert_eq!(output[0]["type"], "compaction");
+    let sealed = output[0]["encrypted_content"].as_str().expect("sealed");
+    assert!(sealed.starts_with("condenser.v1."));
+    assert_eq!(output[1]["type"], "message");
+    assert_compacted_upstream(&app);
+    let first = upstream_input(&app);
+    // The client goes on as the compaction guide says: output appended to
+    // input. The item stands for everything before it, so the old turns
+    // never reach the upstream again, nothing is compacted anew, and what
+    // the upstream got last time opens this request unchanged (its prompt
+    // cache keeps hitting).
+    let mut next = managed(false);
+    let input = next["input"].as_array_mut().expect("input");
+    input.extend(output.iter().cloned());
+    input.push(user("Run the tests."));
+    let response = app.post_responses(&next).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(
+        body["output"].as_array().expect("output").len(),
+        1,
+        "{body}"
+    );
+    assert_compacted_upstream(&app);
+    let second = upstream_input(&app);
+    assert_eq!(second[..first.len()], first[..]);
+    assert_eq!(
+        second[first.len()..],
+        [output[1].clone(), user("Run the tests.")]
+    );
+    // Below the threshold: the field is removed and nothing else happens.
+    let small = json!({"model": MODEL, "input": [user("hi")],
+        "context_management": [{"type": "compaction", "compact_threshold": 1000}]});
+    let body: Value = app.post_responses(&small).await.json().await.expect("json");
+    assert_eq!(body["output"][0]["type"], "message", "{body}");
+    assert_eq!(app.upstream.summary_requests().len(), 1);
+}
+
+async fn past_its_threshold_a_stream_carries_the_compaction_item_first(backend: TestBackend) {
+    let app = spawn_app_with(options(backend)).await;
+    let response = app.post_responses(&managed(true)).await;
+    assert_eq!(response.status(), 200);
+    let events = events(&response.text().await.expect("body"));
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    let added = kinds
+        .iter()
+        .position(|k| *k == "response.output_item.added")
+        .expect("an item");
+    let before = ["response.created", "response.in_progress"];
+    assert!(
+        kinds[..added].iter().all(|k| before.contains(k)),
+        "{kinds:?}"
+    );
+    assert_eq!(events[added]["item"]["type"], "compaction");
+    assert_eq!(events[added]["output_index"], 0);
+    assert_eq!(kinds[added + 1], "response.output_item.done");
+    assert_eq!(events[added + 1]["item"]["type"], "compaction");
+    // The reply follows at output index 1, numbered after the item.
+    let reply: Vec<&Value> = events[added + 2..]
+        .iter()
+        .filter(|e| e.get("output_index").is_some())
+        .collect();
+    assert!(!reply.is_empty());
+    assert!(reply.iter().all(|e| e["output_index"] == 1), "{reply:?}");
+    let numbers: Vec<u64> = events
+        .iter()
+        .filter_map(|e| e["sequence_number"].as_u64())
+        .collect();
+    assert!(numbers.windows(2).all(|w| w[1] == w[0] + 1), "{numbers:?}");
+    let completed = events.last().expect("events");
+    assert_eq!(completed["type"], "response.completed");
+    let output = completed["response"]["output"].as_array().expect("output");
+    assert_eq!(output[0]["type"], "compaction");
+    assert_eq!(output[1]["type"], "message");
+    assert_compacted_upstream(&app);
+}
+
+/// `auto` mode where the upstream is named OpenAI's host: it is asked
+/// first, and what shows it does not know a form is served on the same
+/// request and remembered. The upstream's address is `api.openai.com`,
+/// reached through an HTTP proxy that is the third-party fake itself.
+mod auto_mode {
+    use super::*;
+    use crate::helpers::process::ProxyProcess;
+    use fake_upstream::{FakeConfig, FakeUpstream};
+    use pretty_assertions::assert_eq;
+
+    async fn openai_named_third_party() -> (FakeUpstream, ProxyProcess) {
+        let config = FakeConfig {
+            summary_marker: Some(SUMMARY_MARKER.into()),
+            ..FakeConfig::default()
+        };
+        let fake = FakeUpstream::start(config).await;
+        let proxy = format!("http://{}", fake.addr());
+        let process = ProxyProcess::start(&[
+            ("CONDENSER_OPENAI_BASE_URL", "http://api.openai.com/v1"),
+            ("HTTP_PROXY", &proxy),
+            ("CONDENSER_SUMMARY_MAX_TOKENS", "300"),
+        ]);
+        (fake, process)
+    }
+
+    async fn post(process: &ProxyProcess, body: &Value) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(format!("{}/v1/responses", process.address))
+            .bearer_auth(OPENAI_KEY)
+            .json(body)
+            .send()
+            .await
+            .expect("sent")
+    }
+
+    fn asked_with(fake: &FakeUpstream, form: &str) -> usize {
+        let requests = fake.requests();
+        let with = requests.iter().filter(|r| {
+            let body = String::from_utf8_lossy(&r.body);
+            body.contains(form)
+        });
+        with.count()
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_trigger_answered_without_its_item_is_served_and_remembered() {
+        let (fake, process) = openai_named_third_party().await;
+        for turn in 1..=2 {
+            let response = post(&process, &triggered(true)).await;
+            assert_eq!(response.status(), 200);
+            let events = events(&response.text().await.expect("body"));
+            let done: Vec<&Value> = events
+                .iter()
+                .filter(|e| e["type"] == "response.output_item.done")
+                .collect();
+            assert_eq!(done.len(), 1, "turn {turn}: {events:?}");
+            assert_eq!(done[0]["item"]["type"], "compaction");
+            // Asked of the upstream once, answered with a plain message;
+            // served by Condenser from then on.
+            assert_eq!(asked_with(&fake, "compaction_trigger"), 1);
+            assert_eq!(fake.summary_requests().len(), turn);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn context_management_refused_as_unknown_is_served_on_the_same_request() {
+        let (fake, process) = openai_named_third_party().await;
+        let mut body = json!({"model": MODEL, "input": history(), "store": false});
+        body["context_management"] = json!([{"type": "compaction", "compact_threshold": 1000}]);
+        for sent in 1..=2 {
+            let response = post(&process, &body).await;
+            let status = response.status();
+            let answer = response.text().await.expect("body");
+            assert_eq!(status, 200, "{answer}");
+            // Refused once, with "context_management: Extra inputs are not
+            // permitted"; every later request goes without the field.
+            assert_eq!(asked_with(&fake, "context_management"), 1);
+            assert_eq!(fake.chat_requests().len(), sent + 1);
+        }
+    }
 }

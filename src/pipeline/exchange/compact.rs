@@ -257,13 +257,19 @@ impl Exchange {
     ) -> SummaryBudget {
         let window = sizing.window(signal, sent_bytes).tokens;
         let calibration = sizing.calibration(signal, sent_bytes);
+        // Below the client's threshold, the signal states the threshold,
+        // not the model's window the summary calls run in.
+        let call_window = match self.below_threshold {
+            true => self.model_window(sent_bytes),
+            false => window,
+        };
         let (own_window, own_calibration) = if model == self.incoming.request.model {
-            (window, calibration)
+            (call_window, calibration)
         } else {
             let upstream = &self.incoming.route.upstream.name;
             let tenant = &self.incoming.conversation.tenant;
             let known = self.state.sizes.get(upstream, model, tenant);
-            let own_window = known.window_tokens().unwrap_or(window);
+            let own_window = known.window_tokens().unwrap_or(call_window);
             (own_window, known.calibration.unwrap_or(calibration))
         };
         let Incoming {

@@ -7,17 +7,120 @@
 //! (`protocol::native`), which a later request carries and Condenser
 //! expands into its summary message.
 
+use super::events::{edited, AnswerEdit};
 use super::{Exchange, Incoming};
 use crate::compaction::{Sizing, Summarizer};
+use crate::domain::{Compaction, Trigger};
 use crate::error::ProxyError;
 use crate::overflow::{OverflowCause, OverflowSignal, SignatureName};
-use crate::protocol::native::{Sealed, Shape};
+use crate::pipeline::budget::CompactionBudget;
+use crate::pipeline::native::NativeAsk;
+use crate::pipeline::rewrite;
+use crate::protocol::native::{Lead, Sealed, Shape};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
 use super::super::respond::Report;
 
 impl Exchange {
+    /// The compaction threshold the client set (OpenAI's
+    /// `compact_threshold`), as an overflow of that size, when the body
+    /// about to be sent passes it. Asked once per request: the threshold
+    /// is spent whether or not a compaction follows.
+    fn threshold_passed(&mut self, sent_bytes: usize) -> Option<OverflowSignal> {
+        let Some(NativeAsk::Threshold(threshold)) = self.ask else {
+            return None;
+        };
+        self.ask = None;
+        let calibration = self.model_size().calibration.unwrap_or_default();
+        let estimate = calibration.tokens(sent_bytes);
+        (estimate > threshold).then_some(OverflowSignal {
+            signature: SignatureName::Estimate,
+            cause: OverflowCause::Input,
+            limit: Some(threshold),
+            actual: Some(estimate),
+            requested_output: None,
+            matched: None,
+        })
+    }
+
+    /// Where the request passed the client's threshold: Condenser's own
+    /// compaction, to below it, and the compaction item that will lead
+    /// the answer, sealed with the summary and the messages kept after
+    /// it, so it stands for everything before it as the provider's does.
+    /// `None` when no compaction was made: the request goes as it is.
+    pub(super) async fn compact_at_threshold(
+        &mut self,
+        budget: &mut CompactionBudget,
+        current: Option<&Compaction>,
+        sent_bytes: usize,
+    ) -> Option<Compaction> {
+        let signal = self.threshold_passed(sent_bytes)?;
+        let proactive = Trigger::Proactive;
+        self.below_threshold = true;
+        let compacted = self
+            .compact_within(budget, current, &signal, sent_bytes, proactive)
+            .await;
+        self.below_threshold = false;
+        let compaction = match compacted {
+            Ok(compaction) => compaction,
+            Err(kind) => {
+                tracing::info!(
+                    error.kind = kind.as_str(),
+                    "no compaction at the client's threshold: sending as it is"
+                );
+                return None;
+            }
+        };
+        let Incoming {
+            adapter,
+            request,
+            conversation,
+            ..
+        } = &self.incoming;
+        let forms = adapter.native()?;
+        let kept = rewrite::kept_messages(request, &conversation.chain, &compaction);
+        let carried = forms.items(&kept);
+        let tenant = conversation.tenant.as_str();
+        let key = &self.state.item_key;
+        let sealed = Sealed::seal_carrying(key, tenant, &compaction.summary, &carried);
+        self.lead = Some(forms.lead(&sealed));
+        metrics::counter!("condenser_native_compactions_total").increment(1);
+        Some(compaction)
+    }
+
+    /// Whether an error answer refused the provider's form this request
+    /// was forwarded with: the request is then the one Condenser serves,
+    /// on this attempt and for the upstream's later requests.
+    pub(super) fn falls_back(&mut self, status: u16, body: &[u8]) -> bool {
+        let Incoming { adapter, route, .. } = &self.incoming;
+        let Some(forms) = adapter.native().filter(|_| self.fallback.is_some()) else {
+            return false;
+        };
+        if !forms.refuses(route.url.path(), status, body) {
+            return false;
+        }
+        let Some(fallback) = self.fallback.take() else {
+            return false;
+        };
+        let Some(request) = adapter.parse(&fallback.body) else {
+            return false;
+        };
+        crate::pipeline::native::remember_refused(route, status);
+        self.incoming.request = std::sync::Arc::new(request);
+        self.incoming.original = fallback.body;
+        self.ask = fallback.threshold.map(NativeAsk::Threshold);
+        true
+    }
+
+    /// The answer, led by the compaction item when one was made.
+    pub(super) async fn led(&mut self, response: Response) -> Response {
+        match self.lead.take() {
+            Some(lead) => edited(response, Leading(lead)).await,
+            None => response,
+        }
+    }
+
     /// Summarizes the conversation and answers with one compaction item.
     pub(super) async fn serve_native(mut self, shape: Shape) -> (Response, Report) {
         if let Some(compacting) = &self.compacting {
@@ -61,6 +164,16 @@ impl Exchange {
         self.finish(response)
     }
 
+    /// The model's window as known, else a guess the request fits: the
+    /// window summary calls are sized to when no overflow stated it.
+    pub(super) fn model_window(&self, sent_bytes: usize) -> u64 {
+        let known = self.model_size();
+        let estimate = known.calibration.unwrap_or_default().tokens(sent_bytes);
+        known
+            .window_tokens()
+            .unwrap_or_else(|| known.answered_tokens.max(estimate + estimate / 4))
+    }
+
     /// One summary of every message of the request (the system part
     /// aside), folded in as few calls as the summarizer's window allows.
     async fn summarize_all(&mut self) -> Result<String, &'static str> {
@@ -69,9 +182,7 @@ impl Exchange {
         let settings = &self.state.settings.compaction;
         let known = self.model_size();
         let estimate = known.calibration.unwrap_or_default().tokens(sent_bytes);
-        let window = known
-            .window_tokens()
-            .unwrap_or_else(|| known.answered_tokens.max(estimate + estimate / 4));
+        let window = self.model_window(sent_bytes);
         let signal = OverflowSignal {
             signature: SignatureName::Estimate,
             cause: OverflowCause::Input,
@@ -119,5 +230,23 @@ impl Exchange {
         written
             .map(|written| written.text)
             .map_err(|error| error.kind().as_str())
+    }
+}
+
+/// An answer led by a compaction item: every event is the lead's to edit.
+struct Leading(Box<dyn Lead>);
+
+impl AnswerEdit for Leading {
+    fn event(&mut self, event: &[u8]) -> Option<Vec<u8>> {
+        let text = std::str::from_utf8(event).ok()?;
+        self.0.event(text).map(String::into_bytes)
+    }
+
+    fn finished(&self) -> bool {
+        false
+    }
+
+    fn json(&mut self, answer: &mut Value) {
+        self.0.json(answer);
     }
 }
