@@ -92,6 +92,9 @@ async fn a_compaction_trigger_is_answered_by_condenser(backend: TestBackend) {
     let sealed = item["encrypted_content"].as_str().expect("content");
     assert!(sealed.starts_with("condenser.v1."), "{sealed}");
     assert_eq!(app.upstream.summary_requests().len(), 1);
+    // Stored like Condenser's own compactions, for the operator page.
+    let asked = "select count(*) from compactions where trigger = 'asked'";
+    assert_eq!(app.db.count(asked).await, 1);
     for request in app.upstream.requests() {
         let body = String::from_utf8_lossy(&request.body);
         assert!(!body.contains("compaction_trigger"), "{body}");
@@ -236,6 +239,8 @@ async fn the_compact_endpoint_is_answered_by_condenser(backend: TestBackend) {
     assert_eq!(output[0], history()[0]);
     assert_eq!(output[1], history()[2]);
     assert_eq!(output[2]["type"], "compaction");
+    let asked = "select count(*) from compactions where trigger = 'asked'";
+    assert_eq!(app.db.count(asked).await, 1);
     let summaries = app.upstream.summary_requests();
     assert_eq!(summaries.len(), 1);
     assert!(
@@ -344,6 +349,7 @@ async fn past_its_threshold_a_request_is_answered_after_a_compaction_item(backen
     assert!(sealed.starts_with("condenser.v1."));
     assert_eq!(output[1]["type"], "message");
     assert_compacted_upstream(&app);
+    assert_eq!(app.db.count("select count(*) from compactions").await, 1);
     let first = upstream_input(&app);
     // The client goes on as the compaction guide says: output appended to
     // input. The item stands for everything before it, so the old turns

@@ -18,10 +18,10 @@ use std::sync::Arc;
 use tracing::Instrument;
 
 /// This request's messages, as the compaction covering them needs them.
-struct CoveredMessages<'a> {
-    persist: &'a mut Persist,
-    conversation: &'a Conversation,
-    request: &'a Arc<ChatRequest>,
+pub(super) struct CoveredMessages<'a> {
+    pub persist: &'a mut Persist,
+    pub conversation: &'a Conversation,
+    pub request: &'a Arc<ChatRequest>,
 }
 
 impl Covered for CoveredMessages<'_> {

@@ -7,9 +7,10 @@
 //! (`protocol::native`), which a later request carries and Condenser
 //! expands into its summary message.
 
+use super::compact::CoveredMessages;
 use super::events::{edited, AnswerEdit};
 use super::{Exchange, Incoming};
-use crate::compaction::{Sizing, Summarizer};
+use crate::compaction::{self, Job, Sizing, Summarizer};
 use crate::domain::{Compaction, Trigger};
 use crate::error::ProxyError;
 use crate::overflow::{OverflowCause, OverflowSignal, SignatureName};
@@ -127,6 +128,7 @@ impl Exchange {
             let _ = compacting.send(true);
         }
         let protocol = self.incoming.route.upstream.protocol;
+        let started = std::time::Instant::now();
         let summary = match self.summarize_all().await {
             Ok(summary) => summary,
             Err(kind) => {
@@ -136,7 +138,6 @@ impl Exchange {
             }
         };
         let Incoming {
-            adapter,
             request,
             conversation,
             ..
@@ -144,6 +145,14 @@ impl Exchange {
         self.persist.accept(conversation, request);
         self.report.compactions = 1;
         metrics::counter!("condenser_native_compactions_total").increment(1);
+        self.keep_asked(&summary, started.elapsed().as_millis() as i64)
+            .await;
+        let Incoming {
+            adapter,
+            request,
+            conversation,
+            ..
+        } = &self.incoming;
         let sealed = Sealed::seal(&self.state.item_key, conversation.tenant.as_str(), &summary);
         // The request as the client sent it (its ask removed): the body
         // alone may hold the input as spans.
@@ -162,6 +171,68 @@ impl Exchange {
         };
         let response = ([(http::header::CONTENT_TYPE, content_type)], answer).into_response();
         self.finish(response)
+    }
+
+    /// The compaction the client asked for, of every message of the
+    /// request, stored like Condenser's own: on the operator page, in the
+    /// metrics, and applied to a later request that continues the whole
+    /// conversation.
+    async fn keep_asked(&mut self, summary: &str, duration_ms: i64) {
+        let settings = &self.state.settings.compaction;
+        let calibration = self.model_size().calibration.unwrap_or_default();
+        let Incoming {
+            adapter,
+            request,
+            conversation,
+            ..
+        } = &self.incoming;
+        let cut = request.messages().len();
+        let Some(&prefix_hash) = conversation.chain.get(cut) else {
+            return;
+        };
+        let message = adapter.summary_message(&settings.summary_role, summary);
+        let summary_tokens = calibration.tokens(message.to_string().len()) as i64;
+        let compaction = Compaction {
+            prefix_hash,
+            base_hash: conversation.chain[0],
+            prefix_len: cut as i64,
+            summary: summary.to_string(),
+            summary_tokens,
+            messages_compacted: cut as i64,
+            tokens_before: calibration.tokens(self.report.sent_bytes) as i64,
+            tokens_after: summary_tokens,
+            model: settings
+                .summary_model
+                .clone()
+                .unwrap_or(request.model.clone()),
+            trigger: Trigger::Asked,
+            trims: Vec::new(),
+            duration_ms,
+            created_at_ms: crate::store::now_ms(),
+        };
+        let signal = OverflowSignal {
+            signature: SignatureName::Estimate,
+            cause: OverflowCause::Input,
+            limit: None,
+            actual: None,
+            requested_output: None,
+            matched: None,
+        };
+        let job = Job {
+            adapter: *adapter,
+            request,
+            conversation,
+            current: None,
+            signal: &signal,
+            sent_bytes: self.report.sent_bytes,
+            trigger: Trigger::Asked,
+        };
+        let mut covered = CoveredMessages {
+            persist: &mut self.persist,
+            conversation,
+            request,
+        };
+        compaction::keep_asked(&self.state.storage, &job, &compaction, &mut covered).await;
     }
 
     /// The model's window as known, else a guess the request fits: the
