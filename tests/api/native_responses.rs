@@ -84,6 +84,7 @@ both_backends!(
     context_management_is_removed_where_condenser_serves,
     past_its_threshold_a_request_is_answered_after_a_compaction_item,
     past_its_threshold_a_stream_carries_the_compaction_item_first,
+    forward_mode_to_openai_is_byte_identical_for_every_form,
 );
 
 async fn a_compaction_trigger_is_answered_by_condenser(backend: TestBackend) {
@@ -502,4 +503,72 @@ mod auto_mode {
             assert_eq!(fake.chat_requests().len(), sent + 1);
         }
     }
+}
+
+/// `body` posted to `url` as raw bytes; the status and the answer's bytes.
+async fn post_bytes(app: &TestApp, url: &str, body: &[u8]) -> (u16, Vec<u8>) {
+    let response = app
+        .client
+        .post(url)
+        .bearer_auth(OPENAI_KEY)
+        .header("content-type", "application/json")
+        .body(body.to_vec())
+        .send()
+        .await
+        .expect("sent");
+    let status = response.status().as_u16();
+    (status, response.bytes().await.expect("body").to_vec())
+}
+
+async fn forward_mode_to_openai_is_byte_identical_for_every_form(backend: TestBackend) {
+    let settings = json!({"upstreams": {"openai": {"native_compaction": "forward"}}});
+    let mut options = Options::on(backend).settings(settings);
+    options.fake.responses_mode = fake_upstream::ResponsesMode::OpenAi;
+    let app = spawn_app_with(options).await;
+    let compact = json!({"model": MODEL, "input": history()});
+    let forms = [
+        ("/v1/responses", triggered(true)),
+        ("/v1/responses/compact", compact),
+        ("/v1/responses", managed(false)),
+    ];
+    let mut items = Vec::new();
+    for (path, body) in forms {
+        let body = serde_json::to_vec(&body).expect("test value");
+        let (status, through) = post_bytes(&app, &app.url(path), &body).await;
+        assert_eq!(status, 200, "{path}: {}", String::from_utf8_lossy(&through));
+        let received = app.upstream.requests().last().expect("forwarded").clone();
+        assert_eq!(received.body.as_ref(), body.as_slice(), "{path}: request");
+        // The provider answers the same request with the same bytes.
+        let direct = format!("{}{}", app.upstream.base_url(), path);
+        let (_, answer) = post_bytes(&app, &direct, &body).await;
+        assert_eq!(through, answer, "{path}: response");
+        let text = String::from_utf8_lossy(&through).to_string();
+        let found = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .chain([text.as_str()]);
+        let found = found.filter_map(|data| serde_json::from_str::<Value>(data).ok());
+        items.extend(found.filter_map(|value| provider_item(&value)));
+    }
+    assert!(app.upstream.summary_requests().is_empty());
+    assert_eq!(items.len(), 3, "one compaction item per form: {items:?}");
+    // The provider's own item comes back on a later request untouched,
+    // and the provider reads it.
+    let later = serde_json::to_vec(&after_compaction(&items[0])).expect("test value");
+    let (status, _) = post_bytes(&app, &app.url("/v1/responses"), &later).await;
+    assert_eq!(status, 200);
+    let received = app.upstream.requests().last().expect("forwarded").clone();
+    assert_eq!(received.body.as_ref(), later.as_slice());
+}
+
+/// The provider's compaction item in an answer or event, if it holds one.
+fn provider_item(value: &Value) -> Option<Value> {
+    if value["type"] == "response.output_item.done" {
+        return Some(value["item"].clone()).filter(|item| item["type"] == "compaction");
+    }
+    let output = value["output"].as_array()?;
+    let item = output.iter().find(|item| item["type"] == "compaction")?;
+    let content = item["encrypted_content"].as_str()?;
+    assert!(!content.starts_with("condenser."), "{content}");
+    Some(item.clone())
 }
