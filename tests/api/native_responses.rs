@@ -572,3 +572,55 @@ fn provider_item(value: &Value) -> Option<Value> {
     assert!(!content.starts_with("condenser."), "{content}");
     Some(item.clone())
 }
+
+/// A fleet: two instances on one Postgres, no key configured.
+mod fleet {
+    use super::*;
+    use crate::helpers::db::TestDb;
+    use crate::helpers::process::ProxyProcess;
+    use fake_upstream::{FakeConfig, FakeUpstream};
+    use pretty_assertions::assert_eq;
+
+    async fn post(instance: &ProxyProcess, body: &Value) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(format!("{}/v1/responses", instance.address))
+            .bearer_auth(OPENAI_KEY)
+            .json(body)
+            .send()
+            .await
+            .expect("sent")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_compaction_item_made_by_one_instance_is_expanded_by_another() {
+        let config = FakeConfig {
+            summary_marker: Some(SUMMARY_MARKER.into()),
+            ..FakeConfig::default()
+        };
+        let fake = FakeUpstream::start(config).await;
+        let db = TestDb::new(TestBackend::Postgres).await;
+        let base_url = fake.openai_base_url();
+        let env = [
+            ("CONDENSER_OPENAI_BASE_URL", base_url.as_str()),
+            ("CONDENSER_SUMMARY_MAX_TOKENS", "300"),
+            ("DATABASE_URL", db.url.as_str()),
+        ];
+        let one = ProxyProcess::start(&env);
+        let two = ProxyProcess::start(&env);
+        let response = post(&one, &triggered(false)).await;
+        assert_eq!(response.status(), 200);
+        let answer: Value = response.json().await.expect("json");
+        let item = answer["output"][0].clone();
+        assert_eq!(item["type"], "compaction", "{answer}");
+        let response = post(&two, &after_compaction(&item)).await;
+        let status = response.status();
+        assert_eq!(status, 200, "{}", response.text().await.unwrap_or_default());
+        // The second instance opened it: the upstream got the summary.
+        let accepted = fake.last_accepted().expect("accepted");
+        let body = String::from_utf8_lossy(&accepted.body);
+        assert!(body.contains(SUMMARY_MARKER), "{body}");
+        assert!(!body.contains("condenser.v1."), "{body}");
+        // One key for the fleet, made by whichever instance came first.
+        assert_eq!(db.count("select count(*) from server_keys").await, 1);
+    }
+}
