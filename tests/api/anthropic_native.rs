@@ -252,3 +252,61 @@ async fn the_anthropic_sdk_uses_context_management_through_a_third_party_service
         assert_eq!(request.status, 200, "{:?}", request.json);
     }
 }
+
+/// `compact_20260112` with `pause_after_compaction`: past its trigger the
+/// answer is the compaction block alone, streamed as an empty block and a
+/// `compaction_delta`, `stop_reason: "compaction"`, and `usage.iterations`
+/// holding what the summary call used; below it, an ordinary reply.
+#[tokio::test]
+async fn a_compaction_edit_that_pauses_answers_with_its_block_past_the_trigger() {
+    let app = spawn_app_with(third_party()).await;
+    let edits = json!({"edits": [{"type": "compact_20260112",
+        "trigger": {"type": "input_tokens", "value": 1000}, "pause_after_compaction": true}]});
+    let body = json!({"model": MODEL, "max_tokens": 1024, "stream": true,
+        "messages": tool_loop(5), "context_management": edits});
+    let response = post(&app, "compact-2026-01-12", &body).await;
+    assert_eq!(response.status(), 200);
+    let stream = response.text().await.expect("stream");
+    let events: Vec<Value> = stream
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str(data).ok())
+        .collect();
+    let start = events
+        .iter()
+        .find(|e| e["type"] == "content_block_start")
+        .expect("a block");
+    assert_eq!(
+        start["content_block"],
+        json!({"type": "compaction", "content": ""})
+    );
+    let delta = events
+        .iter()
+        .find(|e| e["type"] == "content_block_delta")
+        .expect("its content");
+    assert_eq!(delta["delta"]["type"], "compaction_delta");
+    assert!(!delta["delta"]["content"].as_str().unwrap_or("").is_empty());
+    let end = events
+        .iter()
+        .find(|e| e["type"] == "message_delta")
+        .expect("the end");
+    assert_eq!(end["delta"]["stop_reason"], "compaction");
+    // The summary call's own usage, as the upstream reported it.
+    let summaries = app.upstream.summary_requests();
+    assert_eq!(summaries.len(), 1);
+    let iteration = &end["usage"]["iterations"][0];
+    assert_eq!(iteration["type"], "compaction");
+    assert_eq!(
+        iteration["input_tokens"].as_u64(),
+        summaries[0].input_tokens
+    );
+    assert!(app.upstream.chat_requests().is_empty(), "no reply asked");
+    // Below the trigger: an ordinary reply, the edit served by removal.
+    let small = json!({"model": MODEL, "max_tokens": 256,
+        "messages": [{"role": "user", "content": "hi"}], "context_management": edits});
+    let response = post(&app, "compact-2026-01-12", &small).await;
+    assert_eq!(response.status(), 200);
+    let answer: Value = response.json().await.expect("json");
+    assert_eq!(answer["stop_reason"], "end_turn", "{answer}");
+    assert_eq!(app.upstream.summary_requests().len(), 1);
+}

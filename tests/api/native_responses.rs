@@ -110,6 +110,10 @@ async fn a_compaction_trigger_is_answered_by_condenser(backend: TestBackend) {
     assert_eq!(output.len(), 1);
     assert_eq!(output[0]["type"], "compaction");
     assert!(body["usage"]["total_tokens"].as_u64() > Some(0));
+    // The usage is what the summary call used, as the upstream reported.
+    let summary = app.upstream.summary_requests().last().cloned();
+    let reported = summary.expect("a summary call").input_tokens;
+    assert_eq!(body["usage"]["input_tokens"].as_u64(), reported);
 }
 
 async fn a_compaction_item_comes_back_as_the_summary_message(backend: TestBackend) {

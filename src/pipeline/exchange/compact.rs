@@ -210,6 +210,7 @@ impl Exchange {
             timeout: settings.summary_timeout,
             origin: &self.origin,
             calls_made: Default::default(),
+            used: Default::default(),
         };
         let planned = self.prepare(&sizing, &summarizer, &job)?;
         let persist = &mut self.persist;

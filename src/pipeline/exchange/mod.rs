@@ -139,7 +139,7 @@ impl Exchange {
         if let Some(NativeAsk::Compact(shape)) = self.ask {
             return self.serve_native(shape).await;
         }
-        if let Some(forms) = self.native.summary_asked(&self.incoming.request.body) {
+        if let Some(forms) = self.summary_asked() {
             return self.summary_on_demand(forms).await;
         }
         let mut applied = self.stored_compaction();

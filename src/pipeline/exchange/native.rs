@@ -11,6 +11,7 @@ use super::compact::CoveredMessages;
 use super::events::{edited, AnswerEdit};
 use super::{Exchange, Incoming};
 use crate::compaction::{self, Job, Sizing, Summarizer};
+use crate::domain::Usage;
 use crate::domain::{Compaction, Trigger};
 use crate::error::ProxyError;
 use crate::overflow::{OverflowCause, OverflowSignal, SignatureName};
@@ -129,8 +130,8 @@ impl Exchange {
         }
         let protocol = self.incoming.route.upstream.protocol;
         let started = std::time::Instant::now();
-        let summary = match self.summarize_all().await {
-            Ok(summary) => summary,
+        let (summary, used) = match self.summarize_all().await {
+            Ok(written) => written,
             Err(kind) => {
                 tracing::warn!(error.kind = kind, "native compaction not served");
                 let error = ProxyError::CompactionFailed(kind);
@@ -159,8 +160,9 @@ impl Exchange {
         let original = &self.incoming.original;
         let body = serde_json::from_slice(original)
             .unwrap_or_else(|_| Value::Object(request.body.clone()));
-        let input = self.report.sent_bytes as u64 / 4;
-        let output = summary.len() as u64 / 4;
+        // What the summary calls reported, else an estimate.
+        let estimate = (self.report.sent_bytes as u64 / 4, summary.len() as u64 / 4);
+        let (input, output) = used.map_or(estimate, |u| (u.input_tokens, u.output_tokens));
         let Some(forms) = adapter.native() else {
             return self.finish(ProxyError::Internal.into_response_for(protocol));
         };
@@ -246,8 +248,9 @@ impl Exchange {
     }
 
     /// One summary of every message of the request (the system part
-    /// aside), folded in as few calls as the summarizer's window allows.
-    async fn summarize_all(&mut self) -> Result<String, &'static str> {
+    /// aside), folded in as few calls as the summarizer's window allows,
+    /// and what its calls reported they used.
+    async fn summarize_all(&mut self) -> Result<(String, Option<Usage>), &'static str> {
         let sent_bytes = self.incoming.original.len();
         self.report.sent_bytes = sent_bytes;
         let settings = &self.state.settings.compaction;
@@ -290,6 +293,7 @@ impl Exchange {
             timeout: settings.summary_timeout,
             origin: &self.origin,
             calls_made: Default::default(),
+            used: Default::default(),
         };
         let entries = summarizer.transcript(request.messages());
         if entries.is_empty() {
@@ -298,8 +302,9 @@ impl Exchange {
         let written = summarizer
             .summarize(budget.max_tokens, None, &entries)
             .await;
+        let used = summarizer.used.total();
         written
-            .map(|written| written.text)
+            .map(|written| (written.text, used))
             .map_err(|error| error.kind().as_str())
     }
 }

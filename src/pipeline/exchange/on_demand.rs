@@ -17,6 +17,15 @@ use http::{header, HeaderValue, StatusCode};
 use super::respond::Report;
 
 impl Exchange {
+    /// The served forms, when the request asks for a summary in place of
+    /// a reply: on demand, or past a compaction trigger that pauses.
+    pub(super) fn summary_asked(&self) -> Option<&'static dyn ServedForms> {
+        let calibration = self.model_size().calibration.unwrap_or_default();
+        let input_tokens = calibration.tokens(self.incoming.original.len());
+        let body = &self.incoming.request.body;
+        self.native.summary_asked(body, input_tokens)
+    }
+
     /// Writes the summary the request asks for and answers with it.
     pub(super) async fn summary_on_demand(
         mut self,
@@ -57,6 +66,7 @@ impl Exchange {
             timeout: settings.summary_timeout,
             origin: &self.origin,
             calls_made: Default::default(),
+            used: Default::default(),
         };
         let entries = summarizer.transcript(request.messages());
         let input_bytes: usize = entries.iter().map(String::len).sum();
@@ -66,8 +76,13 @@ impl Exchange {
             output_tokens: calibration.tokens(text.len()),
             cached_tokens: 0,
         };
+        // What the summary calls reported, else the estimate.
+        let reported = summarizer.used.total();
         let response = match written {
-            Ok(written) => self.summary_answer(forms, &written.text, usage(&written.text)),
+            Ok(written) => {
+                let usage = reported.unwrap_or_else(|| usage(&written.text));
+                self.summary_answer(forms, &written.text, usage)
+            }
             Err(error) => self.summary_failed(&error),
         };
         self.finish(response)
@@ -83,7 +98,7 @@ impl Exchange {
             ..
         } = &self.incoming;
         self.persist.accept(conversation, request);
-        let body = forms.summary_answer(&request.model, summary, usage, request.stream);
+        let body = forms.summary_answer(&request.body, summary, usage, request.stream);
         let content_type = if request.stream {
             adapter.stream_content_type()
         } else {

@@ -53,14 +53,15 @@ impl Native {
         }
     }
 
-    /// The forms, when the request asks them for a summary in place of a
-    /// reply and they are served.
+    /// The forms, when the request (of `input_tokens`) asks them for a
+    /// summary in place of a reply and they are served.
     pub fn summary_asked(
         &self,
         body: &serde_json::Map<String, Value>,
+        input_tokens: u64,
     ) -> Option<&'static dyn ServedForms> {
         self.forms
-            .filter(|forms| self.serving && forms.summary_asked(body))
+            .filter(|forms| self.serving && forms.summary_asked(body, input_tokens))
     }
 
     /// Whether the forms are served (and the body is to be rewritten).
