@@ -13,11 +13,12 @@
 //! the beta flags. A summary asked on demand (`"compaction": {"type":
 //! "summarize"}`, beta `compact-2026-09-04`) is answered in the documented
 //! shape (build-with-claude/compaction-on-demand) with Condenser's summary.
-//! A `compact_20260112` edit that pauses (`pause_after_compaction`) is
-//! answered past its trigger the same way, with the compaction block
-//! alone; one that does not pause is left to Condenser's own compaction,
-//! which keeps the conversation within the window.
+//! Past the trigger of a `compact_20260112` edit, Condenser summarizes
+//! the conversation: one that pauses (`pause_after_compaction`) is
+//! answered with the compaction block alone, as on demand; one that does
+//! not gets its reply made from the summary and led by the block.
 
+use super::native::Lead;
 use super::served::{Served, ServedForms};
 use super::{summary_text, Usage, SUMMARY_MARKER};
 use http::{HeaderMap, HeaderValue};
@@ -139,6 +140,19 @@ impl ServedForms for AnthropicForms {
             || paused_compaction(body).is_some_and(|trigger| input_tokens > trigger)
     }
 
+    /// A `compact_20260112` edit that does not pause, past its trigger.
+    fn compacts_before_reply(&self, body: &Map<String, Value>, input_tokens: u64) -> bool {
+        compaction_edit(body).is_some_and(|(trigger, pauses)| !pauses && input_tokens > trigger)
+    }
+
+    fn lead(&self, summary: &str, usage: Usage) -> Box<dyn Lead> {
+        Box::new(LeadBlock {
+            summary: summary.to_string(),
+            usage,
+            inserted: false,
+        })
+    }
+
     /// The answer as documented: one `compaction` block, `stop_reason:
     /// "compaction"`, the summary step's usage in `usage.iterations`
     /// (build-with-claude/compaction, compaction-on-demand). Streamed, an
@@ -193,20 +207,26 @@ impl ServedForms for AnthropicForms {
     }
 }
 
-/// The trigger, in input tokens, of a `compact_20260112` edit that pauses
-/// after compacting; 150,000 when it sets none (build-with-claude/
-/// compaction, "trigger" defaults to 150,000 tokens).
-fn paused_compaction(body: &Map<String, Value>) -> Option<u64> {
+/// The trigger, in input tokens, of a `compact_20260112` edit, and
+/// whether it pauses after compacting; the trigger is 150,000 when it sets
+/// none (build-with-claude/compaction, "trigger" defaults to 150,000
+/// tokens).
+fn compaction_edit(body: &Map<String, Value>) -> Option<(u64, bool)> {
     let edits = body.get("context_management")?.get("edits")?.as_array()?;
     let edit = edits
         .iter()
         .find(|edit| block_type(edit) == "compact_20260112")?;
     let pauses = edit.get("pause_after_compaction").and_then(Value::as_bool);
-    if pauses != Some(true) {
-        return None;
-    }
     let trigger = edit.pointer("/trigger/value").and_then(Value::as_u64);
-    Some(trigger.unwrap_or(DEFAULT_COMPACTION_TRIGGER))
+    Some((
+        trigger.unwrap_or(DEFAULT_COMPACTION_TRIGGER),
+        pauses == Some(true),
+    ))
+}
+
+/// The trigger of a `compact_20260112` edit that pauses.
+fn paused_compaction(body: &Map<String, Value>) -> Option<u64> {
+    compaction_edit(body).and_then(|(trigger, pauses)| pauses.then_some(trigger))
 }
 
 /// The events of the compaction block: whole in its start on demand, its
@@ -233,6 +253,71 @@ fn compaction_block_events(body: &Map<String, Value>, summary: &str) -> Vec<(&'s
         json!({"type": "content_block_stop", "index": 0}),
     ));
     events
+}
+
+/// A reply led by the compaction block, as the API answers where a
+/// `compact_20260112` edit that does not pause compacted first
+/// (build-with-claude/compaction): the block first in `content`, streamed
+/// as an empty block and one `compaction_delta` before the reply's first
+/// block, every later block `index` moved up, and `usage.iterations`
+/// holding the compaction step, then the reply's own.
+struct LeadBlock {
+    summary: String,
+    usage: Usage,
+    inserted: bool,
+}
+
+impl LeadBlock {
+    fn iterations(&self, reply: &Value) -> Value {
+        let count = |key: &str| reply.get(key).and_then(Value::as_u64).unwrap_or(0);
+        json!([
+            {"type": "compaction", "input_tokens": self.usage.input_tokens,
+                "output_tokens": self.usage.output_tokens},
+            {"type": "message", "input_tokens": count("input_tokens"),
+                "output_tokens": count("output_tokens")},
+        ])
+    }
+}
+
+impl Lead for LeadBlock {
+    fn json(&mut self, answer: &mut Value) {
+        let block = json!({"type": "compaction", "content": self.summary});
+        if let Some(Value::Array(content)) = answer.get_mut("content") {
+            content.insert(0, block);
+        }
+        if let Some(usage) = answer.get_mut("usage") {
+            usage["iterations"] = self.iterations(usage);
+        }
+    }
+
+    fn event(&mut self, event: &str) -> Option<String> {
+        let data = event.lines().find_map(|line| line.strip_prefix("data:"))?;
+        let mut data: Value = serde_json::from_str(data.trim_start()).ok()?;
+        let kind = block_type(&data).to_string();
+        let mut out = String::new();
+        let opens = kind.starts_with("content_block") || kind == "message_delta";
+        if opens && !self.inserted {
+            self.inserted = true;
+            let body = Map::from_iter([("stream".to_string(), json!(true))]);
+            for (name, event) in compaction_block_events(&body, &self.summary) {
+                out.push_str(&format!("event: {name}\ndata: {event}\n\n"));
+            }
+        }
+        match kind.as_str() {
+            k if k.starts_with("content_block") => {
+                let index = data.get("index").and_then(Value::as_u64).unwrap_or(0);
+                data["index"] = json!(index + 1);
+            }
+            "message_delta" => {
+                let usage = data.get("usage").cloned().unwrap_or(json!({}));
+                data["usage"]["iterations"] = self.iterations(&usage);
+            }
+            _ if out.is_empty() => return None,
+            _ => {}
+        }
+        out.push_str(&format!("event: {kind}\ndata: {data}\n\n"));
+        Some(out)
+    }
 }
 
 fn served_beta(headers: &HeaderMap) -> bool {

@@ -7,6 +7,7 @@
 //! adapter whose API has such forms returns them from
 //! [`Adapter::served_forms`](super::Adapter::served_forms).
 
+use super::native::Lead;
 use super::Usage;
 use http::HeaderMap;
 use serde_json::{Map, Value};
@@ -44,6 +45,15 @@ pub trait ServedForms: Send + Sync {
     /// asks for a summary of the conversation in place of a reply, which
     /// Condenser then writes.
     fn summary_asked(&self, body: &Map<String, Value>, input_tokens: u64) -> bool;
+
+    /// Whether a request (of `input_tokens`) asks for a compaction before
+    /// its reply: everything summarized, the reply made from the summary,
+    /// and the answer led by the summary ([`ServedForms::lead`]).
+    fn compacts_before_reply(&self, body: &Map<String, Value>, input_tokens: u64) -> bool;
+
+    /// Puts the summary, which `usage` cost, before the reply of an
+    /// answer, as the API does where it compacted first.
+    fn lead(&self, summary: &str, usage: Usage) -> Box<dyn Lead>;
 
     /// The answer to `body` holding `summary` in place of a reply: a JSON
     /// body, or the events of a stream. `usage` is what the summary calls

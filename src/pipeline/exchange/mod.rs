@@ -143,6 +143,9 @@ impl Exchange {
             return self.summary_on_demand(forms).await;
         }
         let mut applied = self.stored_compaction();
+        if let Some(compaction) = self.compact_before_reply().await {
+            applied = Some(compaction);
+        }
         let mut budget = CompactionBudget::new(self.state.settings.compaction.max_compactions);
         loop {
             let body = self.upstream_body(applied.as_ref());

@@ -179,7 +179,11 @@ impl Exchange {
     /// request, stored like Condenser's own: on the operator page, in the
     /// metrics, and applied to a later request that continues the whole
     /// conversation.
-    async fn keep_asked(&mut self, summary: &str, duration_ms: i64) {
+    pub(super) async fn keep_asked(
+        &mut self,
+        summary: &str,
+        duration_ms: i64,
+    ) -> Option<Compaction> {
         let settings = &self.state.settings.compaction;
         let calibration = self.model_size().calibration.unwrap_or_default();
         let Incoming {
@@ -189,9 +193,7 @@ impl Exchange {
             ..
         } = &self.incoming;
         let cut = request.messages().len();
-        let Some(&prefix_hash) = conversation.chain.get(cut) else {
-            return;
-        };
+        let &prefix_hash = conversation.chain.get(cut)?;
         let message = adapter.summary_message(&settings.summary_role, summary);
         let summary_tokens = calibration.tokens(message.to_string().len()) as i64;
         let compaction = Compaction {
@@ -235,6 +237,7 @@ impl Exchange {
             request,
         };
         compaction::keep_asked(&self.state.storage, &job, &compaction, &mut covered).await;
+        Some(compaction)
     }
 
     /// The model's window as known, else a guess the request fits: the
@@ -250,7 +253,7 @@ impl Exchange {
     /// One summary of every message of the request (the system part
     /// aside), folded in as few calls as the summarizer's window allows,
     /// and what its calls reported they used.
-    async fn summarize_all(&mut self) -> Result<(String, Option<Usage>), &'static str> {
+    pub(super) async fn summarize_all(&mut self) -> Result<(String, Option<Usage>), &'static str> {
         let sent_bytes = self.incoming.original.len();
         self.report.sent_bytes = sent_bytes;
         let settings = &self.state.settings.compaction;

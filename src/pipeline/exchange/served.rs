@@ -64,6 +64,17 @@ impl Native {
             .filter(|forms| self.serving && forms.summary_asked(body, input_tokens))
     }
 
+    /// The forms, when the request (of `input_tokens`) asks for a
+    /// compaction before its reply and they are served.
+    pub fn compacts_before_reply(
+        &self,
+        body: &serde_json::Map<String, Value>,
+        input_tokens: u64,
+    ) -> Option<&'static dyn ServedForms> {
+        self.forms
+            .filter(|forms| self.serving && forms.compacts_before_reply(body, input_tokens))
+    }
+
     /// Whether the forms are served (and the body is to be rewritten).
     pub fn serves(&self) -> bool {
         self.forms.is_some() && self.serving
