@@ -143,6 +143,9 @@ impl Summarizer<'_> {
             CallError::Failed(SummaryError::Empty)
         })?;
         self.traced(&span, &parsed);
+        if let Some(usage) = crate::tokens::usage::value_usage(self.adapter, &parsed) {
+            self.used.add(&usage);
+        }
         match self.adapter.response_text(&parsed) {
             Some(text) => Ok(Answer::Text(text)),
             None if self.adapter.ran_out(&parsed) => Ok(Answer::RanOut),

@@ -377,6 +377,25 @@ async fn summarize_and_store(
     Ok(compaction)
 }
 
+/// A compaction a client asked for in its provider's own form, written
+/// by Condenser: stored like the ones it makes, once the messages it
+/// covers are (invariant 7), and counted and logged the same way, so the
+/// operator page and the metrics show it. Whether it was stored.
+pub async fn keep_asked(
+    storage: &Storage,
+    job: &Job<'_>,
+    compaction: &Compaction,
+    covered: &mut impl Covered,
+) -> Option<bool> {
+    let stored = match covered.durable().await {
+        true => store(storage, job, compaction).await,
+        false => None,
+    };
+    record(job, compaction, stored);
+    log_compaction(job, compaction, 1);
+    stored
+}
+
 /// The summary of what `planned` cuts, folded into the current one, and
 /// the calls it took; the current summary as it is when the plan only
 /// trims.

@@ -9,13 +9,14 @@
 //! summarize -> call -> summarizer.
 
 use crate::domain::CompactionFailure;
+use crate::domain::Usage;
 use crate::overflow::{OverflowSignal, SignatureTable};
 use crate::protocol::{Adapter, ChatRequest};
 use crate::tokens::{Calibration, Sizes};
 use crate::upstream::routes::Route;
 use crate::upstream::UpstreamClient;
 use http::HeaderMap;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The instructions of every summary call.
@@ -152,6 +153,35 @@ pub struct Summarizer<'a> {
     pub origin: &'a crate::telemetry::genai::Origin,
     /// Summary calls sent so far, each answered or not.
     pub calls_made: AtomicU32,
+    /// What the answered summary calls reported they used.
+    pub used: UsedTokens,
+}
+
+/// The tokens the summary calls' answers reported, added up: what a
+/// compaction a client asked for really cost, for its answer's `usage`.
+#[derive(Debug, Default)]
+pub struct UsedTokens {
+    input: AtomicU64,
+    output: AtomicU64,
+}
+
+impl UsedTokens {
+    pub fn add(&self, usage: &Usage) {
+        self.input.fetch_add(usage.input_tokens, Ordering::Relaxed);
+        self.output
+            .fetch_add(usage.output_tokens, Ordering::Relaxed);
+    }
+
+    /// The sum, `None` when no answer reported any.
+    pub fn total(&self) -> Option<Usage> {
+        let input_tokens = self.input.load(Ordering::Relaxed);
+        let output_tokens = self.output.load(Ordering::Relaxed);
+        (input_tokens + output_tokens > 0).then_some(Usage {
+            input_tokens,
+            output_tokens,
+            cached_tokens: 0,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,9 @@ pub enum Trigger {
     /// The estimate showed the upstream would refuse: compacted before
     /// sending.
     Proactive,
+    /// The client asked, in its provider's own compaction form, and
+    /// Condenser answered it.
+    Asked,
 }
 
 impl Trigger {
@@ -19,11 +22,12 @@ impl Trigger {
         match self {
             Self::Overflow => "overflow",
             Self::Proactive => "proactive",
+            Self::Asked => "asked",
         }
     }
 
     pub fn parse(text: &str) -> Option<Self> {
-        [Self::Overflow, Self::Proactive]
+        [Self::Overflow, Self::Proactive, Self::Asked]
             .into_iter()
             .find(|trigger| trigger.as_str() == text)
     }
@@ -107,7 +111,7 @@ mod tests {
         for kind in CompactionFailure::ALL {
             assert_eq!(CompactionFailure::parse(kind.as_str()), Some(kind));
         }
-        for trigger in [Trigger::Overflow, Trigger::Proactive] {
+        for trigger in [Trigger::Overflow, Trigger::Proactive, Trigger::Asked] {
             assert_eq!(Trigger::parse(trigger.as_str()), Some(trigger));
         }
         assert_eq!(Trigger::parse("threshold"), None);

@@ -28,11 +28,15 @@ pub use keepalive::KEEPALIVE_COMMENT;
 pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -> Response {
     let adapter = route.adapter();
     let credentials = query_key(&parts).unwrap_or_else(|| parts.headers.clone());
-    let (body, forwarded, serve_native) =
-        match native::prepared(state, &route, &parts, &credentials, body).await {
-            Ok(prepared) => prepared,
-            Err(response) => return response,
-        };
+    let native::Prepared {
+        body,
+        forwarded,
+        ask,
+        fallback,
+    } = match native::prepared(state, &route, &parts, &credentials, body).await {
+        Ok(prepared) => prepared,
+        Err(response) => return response,
+    };
     let identified = identify_off_workers(state, adapter, &credentials, &body, &parts).await;
     // Invariant 9: what Condenser cannot parse goes upstream unchanged.
     let Some((chat, conversation)) = identified else {
@@ -65,7 +69,8 @@ pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -
     let (compacting_tx, compacting_rx) = tokio::sync::watch::channel(false);
     let exchange = Exchange::new(state.clone(), incoming, persist)
         .signalling(compacting_tx)
-        .serving_native(serve_native);
+        .serving_native(ask)
+        .falling_back(fallback);
     let work = work::Work::new(
         observed.after(exchange.run()).in_current_span(),
         compacting_rx.clone(),

@@ -40,3 +40,13 @@ fn upstream_messages<'a>(
     ));
     messages
 }
+
+/// The client's messages `compaction` leaves after its summary, with its
+/// trims applied: what the upstream gets after the summary message.
+pub fn kept_messages<'a>(
+    request: &'a ChatRequest,
+    chain: &[ChainHash],
+    compaction: &'a Compaction,
+) -> Vec<&'a Value> {
+    upstream_messages(request, chain, compaction, None)
+}

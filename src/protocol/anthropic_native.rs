@@ -13,9 +13,12 @@
 //! the beta flags. A summary asked on demand (`"compaction": {"type":
 //! "summarize"}`, beta `compact-2026-09-04`) is answered in the documented
 //! shape (build-with-claude/compaction-on-demand) with Condenser's summary.
-//! The `compact_20260112` edit is left to Condenser's own compaction,
-//! which keeps the conversation within the window.
+//! Past the trigger of a `compact_20260112` edit, Condenser summarizes
+//! the conversation: one that pauses (`pause_after_compaction`) is
+//! answered with the compaction block alone, as on demand; one that does
+//! not gets its reply made from the summary and led by the block.
 
+use super::native::Lead;
 use super::served::{Served, ServedForms};
 use super::{summary_text, Usage, SUMMARY_MARKER};
 use http::{HeaderMap, HeaderValue};
@@ -37,6 +40,8 @@ pub const CLEARED_RESULT: &str = "[tool result cleared by context management]";
 /// Documented defaults of `clear_tool_uses_20250919`.
 const DEFAULT_TRIGGER_TOKENS: u64 = 100_000;
 const DEFAULT_KEEP_TOOL_USES: u64 = 3;
+/// Documented default trigger of `compact_20260112`, in input tokens.
+const DEFAULT_COMPACTION_TRIGGER: u64 = 150_000;
 
 impl ServedForms for AnthropicForms {
     fn made_by(&self, host: &str) -> bool {
@@ -126,17 +131,43 @@ impl ServedForms for AnthropicForms {
         true
     }
 
-    /// On-demand compaction: `"compaction": {"type": "summarize"}`.
-    fn summary_asked(&self, body: &Map<String, Value>) -> bool {
+    /// On-demand compaction (`"compaction": {"type": "summarize"}`), or a
+    /// `compact_20260112` edit with `pause_after_compaction` whose trigger
+    /// the input passed: both are answered with the summary alone.
+    fn summary_asked(&self, body: &Map<String, Value>, input_tokens: u64) -> bool {
         let kind = body.get("compaction").and_then(|c| c.get("type"));
         kind.and_then(Value::as_str) == Some("summarize")
+            || paused_compaction(body).is_some_and(|trigger| input_tokens > trigger)
     }
 
-    /// The on-demand answer as documented (compaction-on-demand): one
-    /// `compaction` block, `stop_reason: "compaction"`, the summary step's
-    /// usage in `usage.iterations`; streamed, the block arrives whole in
-    /// one `content_block_start`, with no deltas.
-    fn summary_answer(&self, model: &str, summary: &str, usage: Usage, stream: bool) -> Vec<u8> {
+    /// A `compact_20260112` edit that does not pause, past its trigger.
+    fn compacts_before_reply(&self, body: &Map<String, Value>, input_tokens: u64) -> bool {
+        compaction_edit(body).is_some_and(|(trigger, pauses)| !pauses && input_tokens > trigger)
+    }
+
+    fn lead(&self, summary: &str, usage: Usage) -> Box<dyn Lead> {
+        Box::new(LeadBlock {
+            summary: summary.to_string(),
+            usage,
+            inserted: false,
+        })
+    }
+
+    /// The answer as documented: one `compaction` block, `stop_reason:
+    /// "compaction"`, the summary step's usage in `usage.iterations`
+    /// (build-with-claude/compaction, compaction-on-demand). Streamed, an
+    /// on-demand block arrives whole in one `content_block_start`
+    /// (compaction-on-demand); a triggered one as an empty block then one
+    /// `compaction_delta` holding the summary (compaction: "streamed as
+    /// content_block_start + compaction_delta").
+    fn summary_answer(
+        &self,
+        body: &Map<String, Value>,
+        summary: &str,
+        usage: Usage,
+        stream: bool,
+    ) -> Vec<u8> {
+        let model = body.get("model").cloned().unwrap_or(Value::Null);
         let id = format!(
             "msg_condenser_{:016x}",
             xxhash_rust::xxh3::xxh3_64(summary.as_bytes())
@@ -158,30 +189,134 @@ impl ServedForms for AnthropicForms {
             Value::Null,
             json!({"input_tokens": 0, "output_tokens": 0}),
         );
-        let events = [
-            (
-                "message_start",
-                json!({"type": "message_start", "message": start}),
-            ),
-            (
-                "content_block_start",
-                json!({"type": "content_block_start", "index": 0, "content_block": block}),
-            ),
-            (
-                "content_block_stop",
-                json!({"type": "content_block_stop", "index": 0}),
-            ),
-            (
-                "message_delta",
-                json!({"type": "message_delta",
+        let mut events = vec![(
+            "message_start",
+            json!({"type": "message_start", "message": start}),
+        )];
+        events.extend(compaction_block_events(body, summary));
+        events.push((
+            "message_delta",
+            json!({"type": "message_delta",
                 "delta": {"stop_reason": "compaction", "stop_sequence": null}, "usage": totals}),
-            ),
-            ("message_stop", json!({"type": "message_stop"})),
-        ];
+        ));
+        events.push(("message_stop", json!({"type": "message_stop"})));
         let events = events
             .iter()
             .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"));
         events.collect::<String>().into_bytes()
+    }
+}
+
+/// The trigger, in input tokens, of a `compact_20260112` edit, and
+/// whether it pauses after compacting; the trigger is 150,000 when it sets
+/// none (build-with-claude/compaction, "trigger" defaults to 150,000
+/// tokens).
+fn compaction_edit(body: &Map<String, Value>) -> Option<(u64, bool)> {
+    let edits = body.get("context_management")?.get("edits")?.as_array()?;
+    let edit = edits
+        .iter()
+        .find(|edit| block_type(edit) == "compact_20260112")?;
+    let pauses = edit.get("pause_after_compaction").and_then(Value::as_bool);
+    let trigger = edit.pointer("/trigger/value").and_then(Value::as_u64);
+    Some((
+        trigger.unwrap_or(DEFAULT_COMPACTION_TRIGGER),
+        pauses == Some(true),
+    ))
+}
+
+/// The trigger of a `compact_20260112` edit that pauses.
+fn paused_compaction(body: &Map<String, Value>) -> Option<u64> {
+    compaction_edit(body).and_then(|(trigger, pauses)| pauses.then_some(trigger))
+}
+
+/// The events of the compaction block: whole in its start on demand, its
+/// content in one `compaction_delta` where a trigger made it.
+fn compaction_block_events(body: &Map<String, Value>, summary: &str) -> Vec<(&'static str, Value)> {
+    let on_demand = body.contains_key("compaction");
+    let start = match on_demand {
+        true => json!({"type": "compaction", "content": summary}),
+        false => json!({"type": "compaction", "content": ""}),
+    };
+    let mut events = vec![(
+        "content_block_start",
+        json!({"type": "content_block_start", "index": 0, "content_block": start}),
+    )];
+    if !on_demand {
+        events.push((
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "compaction_delta", "content": summary}}),
+        ));
+    }
+    events.push((
+        "content_block_stop",
+        json!({"type": "content_block_stop", "index": 0}),
+    ));
+    events
+}
+
+/// A reply led by the compaction block, as the API answers where a
+/// `compact_20260112` edit that does not pause compacted first
+/// (build-with-claude/compaction): the block first in `content`, streamed
+/// as an empty block and one `compaction_delta` before the reply's first
+/// block, every later block `index` moved up, and `usage.iterations`
+/// holding the compaction step, then the reply's own.
+struct LeadBlock {
+    summary: String,
+    usage: Usage,
+    inserted: bool,
+}
+
+impl LeadBlock {
+    fn iterations(&self, reply: &Value) -> Value {
+        let count = |key: &str| reply.get(key).and_then(Value::as_u64).unwrap_or(0);
+        json!([
+            {"type": "compaction", "input_tokens": self.usage.input_tokens,
+                "output_tokens": self.usage.output_tokens},
+            {"type": "message", "input_tokens": count("input_tokens"),
+                "output_tokens": count("output_tokens")},
+        ])
+    }
+}
+
+impl Lead for LeadBlock {
+    fn json(&mut self, answer: &mut Value) {
+        let block = json!({"type": "compaction", "content": self.summary});
+        if let Some(Value::Array(content)) = answer.get_mut("content") {
+            content.insert(0, block);
+        }
+        if let Some(usage) = answer.get_mut("usage") {
+            usage["iterations"] = self.iterations(usage);
+        }
+    }
+
+    fn event(&mut self, event: &str) -> Option<String> {
+        let data = event.lines().find_map(|line| line.strip_prefix("data:"))?;
+        let mut data: Value = serde_json::from_str(data.trim_start()).ok()?;
+        let kind = block_type(&data).to_string();
+        let mut out = String::new();
+        let opens = kind.starts_with("content_block") || kind == "message_delta";
+        if opens && !self.inserted {
+            self.inserted = true;
+            let body = Map::from_iter([("stream".to_string(), json!(true))]);
+            for (name, event) in compaction_block_events(&body, &self.summary) {
+                out.push_str(&format!("event: {name}\ndata: {event}\n\n"));
+            }
+        }
+        match kind.as_str() {
+            k if k.starts_with("content_block") => {
+                let index = data.get("index").and_then(Value::as_u64).unwrap_or(0);
+                data["index"] = json!(index + 1);
+            }
+            "message_delta" => {
+                let usage = data.get("usage").cloned().unwrap_or(json!({}));
+                data["usage"]["iterations"] = self.iterations(&usage);
+            }
+            _ if out.is_empty() => return None,
+            _ => {}
+        }
+        out.push_str(&format!("event: {kind}\ndata: {data}\n\n"));
+        Some(out)
     }
 }
 
@@ -583,14 +718,15 @@ mod tests {
     #[test]
     fn a_summary_on_demand_is_answered_in_the_documented_shape() {
         let asked = json!({"compaction": {"type": "summarize"}});
-        assert!(AnthropicForms.summary_asked(asked.as_object().expect("object")));
-        assert!(!AnthropicForms.summary_asked(&Map::new()));
+        assert!(AnthropicForms.summary_asked(asked.as_object().expect("object"), 0));
+        assert!(!AnthropicForms.summary_asked(&Map::new(), 0));
         let usage = Usage {
             input_tokens: 100,
             output_tokens: 20,
             cached_tokens: 0,
         };
-        let answer = AnthropicForms.summary_answer("m", "the gist", usage, false);
+        let body = asked.as_object().expect("object");
+        let answer = AnthropicForms.summary_answer(body, "the gist", usage, false);
         let answer: Value = serde_json::from_slice(&answer).expect("json");
         assert_eq!(
             answer["content"],
@@ -601,7 +737,7 @@ mod tests {
             answer["usage"]["iterations"],
             json!([{"type": "compaction", "input_tokens": 100, "output_tokens": 20}])
         );
-        let stream = AnthropicForms.summary_answer("m", "the gist", usage, true);
+        let stream = AnthropicForms.summary_answer(body, "the gist", usage, true);
         let stream = String::from_utf8(stream).expect("utf-8");
         let names: Vec<&str> = stream
             .lines()
@@ -632,5 +768,33 @@ mod tests {
         assert!(!AnthropicForms.refuses(500, refused));
         assert!(AnthropicForms.made_by("api.anthropic.com"));
         assert!(!AnthropicForms.made_by("openrouter.ai"));
+    }
+
+    #[test]
+    fn a_pausing_compaction_edit_asks_for_the_summary_past_its_trigger() {
+        let edit = |pause: bool| {
+            json!({"model": "m", "context_management": {"edits": [{"type": "compact_20260112",
+                "trigger": {"type": "input_tokens", "value": 50_000},
+                "pause_after_compaction": pause}]}})
+        };
+        let paused = edit(true);
+        let paused = paused.as_object().expect("object");
+        assert!(AnthropicForms.summary_asked(paused, 60_000));
+        assert!(!AnthropicForms.summary_asked(paused, 40_000));
+        let going_on = edit(false);
+        assert!(!AnthropicForms.summary_asked(going_on.as_object().expect("object"), 60_000));
+        let usage = Usage {
+            input_tokens: 900,
+            output_tokens: 80,
+            cached_tokens: 0,
+        };
+        let stream = AnthropicForms.summary_answer(paused, "the gist", usage, true);
+        let stream = String::from_utf8(stream).expect("utf-8");
+        assert!(stream.contains(r#""content_block":{"type":"compaction","content":""}"#));
+        assert!(stream.contains(r#""delta":{"type":"compaction_delta","content":"the gist"}"#));
+        assert!(stream.contains(r#""stop_reason":"compaction""#));
+        assert!(stream.contains(
+            r#""iterations":[{"type":"compaction","input_tokens":900,"output_tokens":80}]"#
+        ));
     }
 }

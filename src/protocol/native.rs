@@ -63,17 +63,47 @@ pub enum Forged {
     Signature,
 }
 
+/// What a sealed item holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Opened {
+    pub summary: String,
+    /// The items kept after the summary, for an item that stands for
+    /// everything before it (OpenAI's server-side compaction, whose
+    /// clients may drop what came before the item); `None` for one that
+    /// stands beside the items the client keeps (Codex's).
+    pub carried: Option<Vec<Value>>,
+}
+
+/// One of Condenser's items, as the request is to carry it instead.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expanded {
+    /// The summary, in Condenser's summary message form.
+    pub message: Value,
+    /// As in [`Opened::carried`].
+    pub carried: Option<Vec<Value>>,
+}
+
 impl Sealed {
     /// `summary` for `tenant`: prefix, hex payload, hex MAC.
     pub fn seal(key: &ItemKey, tenant: &str, summary: &str) -> String {
-        let payload = hex::encode(json!({"summary": summary}).to_string());
+        Self::seal_payload(key, tenant, json!({"summary": summary}))
+    }
+
+    /// `summary` and the items kept after it, for `tenant`: an item that
+    /// stands for everything before it.
+    pub fn seal_carrying(key: &ItemKey, tenant: &str, summary: &str, carried: &[Value]) -> String {
+        Self::seal_payload(key, tenant, json!({"summary": summary, "carried": carried}))
+    }
+
+    fn seal_payload(key: &ItemKey, tenant: &str, payload: Value) -> String {
+        let payload = hex::encode(payload.to_string());
         let tag = hex::encode(key.mac(tenant, &payload).finalize().into_bytes());
         format!("{SEALED_PREFIX}{payload}.{tag}")
     }
 
-    /// The summary in `content`; `Ok(None)` for content Condenser did not
+    /// What `content` holds; `Ok(None)` for content Condenser did not
     /// make (the provider's own), which is forwarded untouched.
-    pub fn open(key: &ItemKey, tenant: &str, content: &str) -> Result<Option<String>, Forged> {
+    pub fn open(key: &ItemKey, tenant: &str, content: &str) -> Result<Option<Opened>, Forged> {
         let Some(rest) = content.strip_prefix(SEALED_PREFIX) else {
             return match content.starts_with(ANY_VERSION) {
                 true => Err(Forged::Version),
@@ -88,9 +118,13 @@ impl Sealed {
         let bytes = hex::decode(payload).map_err(|_| Forged::Malformed)?;
         let value: Value = serde_json::from_slice(&bytes).map_err(|_| Forged::Malformed)?;
         let summary = value.get("summary").and_then(Value::as_str);
-        summary
-            .map(|s| Some(s.to_string()))
-            .ok_or(Forged::Malformed)
+        let summary = summary.ok_or(Forged::Malformed)?.to_string();
+        let carried = match value.get("carried") {
+            None => None,
+            Some(Value::Array(items)) => Some(items.clone()),
+            Some(_) => return Err(Forged::Malformed),
+        };
+        Ok(Some(Opened { summary, carried }))
     }
 }
 
@@ -104,8 +138,13 @@ pub enum Asked {
     /// ordinary chat request of the adapter.
     Compact { body: bytes::Bytes, shape: Shape },
     /// An ordinary chat request once a form Condenser serves by its own
-    /// compaction is removed (OpenAI's `context_management`).
-    Rewritten { body: bytes::Bytes },
+    /// compaction is removed (OpenAI's `context_management`); past
+    /// `threshold` input tokens, Condenser compacts and the answer is led
+    /// by the compaction item ([`NativeForms::lead`]).
+    Rewritten {
+        body: bytes::Bytes,
+        threshold: Option<u64>,
+    },
     /// A compaction endpoint not served here: forwarded byte for byte,
     /// outside the chat pipeline.
     Forward,
@@ -138,8 +177,25 @@ pub trait NativeForms: Send + Sync {
     fn expand(
         &self,
         body: &[u8],
-        expand: &mut dyn FnMut(&str) -> Result<Option<Value>, Forged>,
+        expand: &mut dyn FnMut(&str) -> Result<Option<Expanded>, Forged>,
     ) -> Result<Option<Vec<u8>>, Forged>;
+
+    /// The API's items of `messages` (as the adapter parsed them), as a
+    /// sealed item carries them.
+    fn items(&self, messages: &[&Value]) -> Vec<Value>;
+
+    /// Puts a compaction item holding `sealed` before the reply of an
+    /// answer, as the API does where a request passed its threshold.
+    fn lead(&self, sealed: &str) -> Box<dyn Lead>;
+
+    /// Whether an error answer to a request forwarded to `path` refuses a
+    /// form as unknown: a 404 or 405 at a compaction endpoint, a 400
+    /// naming the form's field or item type.
+    fn refuses(&self, path: &str, status: u16, body: &[u8]) -> bool;
+
+    /// Whether a successful answer (JSON, or a whole stream) holds the
+    /// compaction item a compaction request asks for.
+    fn holds_compaction(&self, answer: &[u8]) -> bool;
 
     /// The answer to a compaction request: one item holding `sealed`.
     fn answer(
@@ -149,6 +205,16 @@ pub trait NativeForms: Send + Sync {
         sealed: &str,
         usage: (u64, u64),
     ) -> (bool, Vec<u8>);
+}
+
+/// An answer being led by a compaction item.
+pub trait Lead: Send + Sync {
+    /// A whole JSON answer, with the item first in its output.
+    fn json(&mut self, answer: &mut Value);
+
+    /// One event of a streamed answer (its text, blank line included):
+    /// what to send instead, `None` to send it as it came.
+    fn event(&mut self, event: &str) -> Option<String>;
 }
 
 #[cfg(test)]
@@ -165,6 +231,7 @@ mod tests {
         let sealed = Sealed::seal(&key, tenant("a"), "the summary");
         assert!(sealed.starts_with(SEALED_PREFIX));
         let opened = Sealed::open(&key, tenant("a"), &sealed);
+        let opened = opened.map(|o| o.map(|o| o.summary));
         assert_eq!(opened, Ok(Some("the summary".into())));
         let other_key = ItemKey::new([8; 32]);
         assert_eq!(
@@ -175,6 +242,20 @@ mod tests {
             Sealed::open(&key, tenant("b"), &sealed),
             Err(Forged::Signature)
         );
+    }
+
+    #[test]
+    fn an_item_carrying_its_kept_items_opens_with_them() {
+        let key = ItemKey::new([7; 32]);
+        let kept = [json!({"role": "user", "content": "kept"})];
+        let sealed = Sealed::seal_carrying(&key, tenant("a"), "gist", &kept);
+        let opened = Sealed::open(&key, tenant("a"), &sealed).expect("opens");
+        let opened = opened.expect("condenser's");
+        assert_eq!(opened.summary, "gist");
+        assert_eq!(opened.carried, Some(kept.to_vec()));
+        let plain = Sealed::seal(&key, tenant("a"), "gist");
+        let plain = Sealed::open(&key, tenant("a"), &plain).expect("opens");
+        assert_eq!(plain.expect("condenser's").carried, None);
     }
 
     #[test]

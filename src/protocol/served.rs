@@ -7,6 +7,7 @@
 //! adapter whose API has such forms returns them from
 //! [`Adapter::served_forms`](super::Adapter::served_forms).
 
+use super::native::Lead;
 use super::Usage;
 use http::HeaderMap;
 use serde_json::{Map, Value};
@@ -40,13 +41,30 @@ pub trait ServedForms: Send + Sync {
     /// that carries it; whether it did.
     fn report_event(&self, event: &mut Value, applied: &Value) -> bool;
 
-    /// Whether a request (its body, messages aside) asks for a summary of
-    /// the conversation in place of a reply, which Condenser then writes.
-    fn summary_asked(&self, body: &Map<String, Value>) -> bool;
+    /// Whether a request (its body, messages aside, of `input_tokens`)
+    /// asks for a summary of the conversation in place of a reply, which
+    /// Condenser then writes.
+    fn summary_asked(&self, body: &Map<String, Value>, input_tokens: u64) -> bool;
 
-    /// The answer holding `summary` in place of a reply: a JSON body, or
-    /// the events of a stream. `usage` is the summary calls' estimate.
-    fn summary_answer(&self, model: &str, summary: &str, usage: Usage, stream: bool) -> Vec<u8>;
+    /// Whether a request (of `input_tokens`) asks for a compaction before
+    /// its reply: everything summarized, the reply made from the summary,
+    /// and the answer led by the summary ([`ServedForms::lead`]).
+    fn compacts_before_reply(&self, body: &Map<String, Value>, input_tokens: u64) -> bool;
+
+    /// Puts the summary, which `usage` cost, before the reply of an
+    /// answer, as the API does where it compacted first.
+    fn lead(&self, summary: &str, usage: Usage) -> Box<dyn Lead>;
+
+    /// The answer to `body` holding `summary` in place of a reply: a JSON
+    /// body, or the events of a stream. `usage` is what the summary calls
+    /// used.
+    fn summary_answer(
+        &self,
+        body: &Map<String, Value>,
+        summary: &str,
+        usage: Usage,
+        stream: bool,
+    ) -> Vec<u8>;
 }
 
 /// A request as served: its new body and what was applied, in the API's

@@ -252,3 +252,156 @@ async fn the_anthropic_sdk_uses_context_management_through_a_third_party_service
         assert_eq!(request.status, 200, "{:?}", request.json);
     }
 }
+
+/// `compact_20260112` with `pause_after_compaction`: past its trigger the
+/// answer is the compaction block alone, streamed as an empty block and a
+/// `compaction_delta`, `stop_reason: "compaction"`, and `usage.iterations`
+/// holding what the summary call used; below it, an ordinary reply.
+#[tokio::test]
+async fn a_compaction_edit_that_pauses_answers_with_its_block_past_the_trigger() {
+    let app = spawn_app_with(third_party()).await;
+    let edits = json!({"edits": [{"type": "compact_20260112",
+        "trigger": {"type": "input_tokens", "value": 1000}, "pause_after_compaction": true}]});
+    let body = json!({"model": MODEL, "max_tokens": 1024, "stream": true,
+        "messages": tool_loop(5), "context_management": edits});
+    let response = post(&app, "compact-2026-01-12", &body).await;
+    assert_eq!(response.status(), 200);
+    let stream = response.text().await.expect("stream");
+    let events: Vec<Value> = stream
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str(data).ok())
+        .collect();
+    let start = events
+        .iter()
+        .find(|e| e["type"] == "content_block_start")
+        .expect("a block");
+    assert_eq!(
+        start["content_block"],
+        json!({"type": "compaction", "content": ""})
+    );
+    let delta = events
+        .iter()
+        .find(|e| e["type"] == "content_block_delta")
+        .expect("its content");
+    assert_eq!(delta["delta"]["type"], "compaction_delta");
+    assert!(!delta["delta"]["content"].as_str().unwrap_or("").is_empty());
+    let end = events
+        .iter()
+        .find(|e| e["type"] == "message_delta")
+        .expect("the end");
+    assert_eq!(end["delta"]["stop_reason"], "compaction");
+    // The summary call's own usage, as the upstream reported it.
+    let summaries = app.upstream.summary_requests();
+    assert_eq!(summaries.len(), 1);
+    let iteration = &end["usage"]["iterations"][0];
+    assert_eq!(iteration["type"], "compaction");
+    assert_eq!(
+        iteration["input_tokens"].as_u64(),
+        summaries[0].input_tokens
+    );
+    assert!(app.upstream.chat_requests().is_empty(), "no reply asked");
+    // Below the trigger: an ordinary reply, the edit served by removal.
+    let small = json!({"model": MODEL, "max_tokens": 256,
+        "messages": [{"role": "user", "content": "hi"}], "context_management": edits});
+    let response = post(&app, "compact-2026-01-12", &small).await;
+    assert_eq!(response.status(), 200);
+    let answer: Value = response.json().await.expect("json");
+    assert_eq!(answer["stop_reason"], "end_turn", "{answer}");
+    assert_eq!(app.upstream.summary_requests().len(), 1);
+}
+
+/// `compact_20260112` that does not pause, past its trigger: Condenser
+/// summarizes the conversation, the reply is made from the summary, and
+/// the answer is led by the compaction block with both steps' usage.
+#[tokio::test]
+async fn a_compaction_edit_past_its_trigger_leads_the_reply_with_its_block() {
+    let app = spawn_app_with(third_party()).await;
+    let edits = json!({"edits": [{"type": "compact_20260112",
+        "trigger": {"type": "input_tokens", "value": 1000}}]});
+    let mut messages = tool_loop(5);
+    messages.push(json!({"role": "assistant", "content": "Read them all."}));
+    messages.push(json!({"role": "user", "content": "Which file was longest?"}));
+    let body = json!({"model": MODEL, "max_tokens": 1024, "messages": messages,
+        "context_management": edits});
+    let response = post(&app, "compact-2026-01-12", &body).await;
+    assert_eq!(response.status(), 200);
+    let answer: Value = response.json().await.expect("json");
+    let content = answer["content"].as_array().expect("content");
+    assert_eq!(content[0]["type"], "compaction", "{answer}");
+    let summary = content[0]["content"].as_str().expect("summary").to_string();
+    assert!(!summary.is_empty());
+    assert_eq!(content[1]["type"], "text");
+    assert_eq!(answer["stop_reason"], "end_turn");
+    let summaries = app.upstream.summary_requests();
+    assert_eq!(summaries.len(), 1);
+    let iterations = &answer["usage"]["iterations"];
+    assert_eq!(iterations[0]["type"], "compaction");
+    assert_eq!(
+        iterations[0]["input_tokens"].as_u64(),
+        summaries[0].input_tokens
+    );
+    assert_eq!(iterations[1]["type"], "message");
+    // The reply was asked of the summary alone.
+    let sent = app.upstream.last_accepted().expect("accepted").json;
+    let sent = sent.expect("json");
+    assert!(sent.get("context_management").is_none());
+    let sent_messages = sent["messages"].as_array().expect("messages");
+    assert_eq!(sent_messages.len(), 1, "{sent}");
+    let text = sent_messages[0]["content"][0]["text"]
+        .as_str()
+        .unwrap_or("");
+    assert!(text.starts_with(SUMMARY_MARKER), "{text}");
+    // Sent back, the block stands for everything before it.
+    messages.push(json!({"role": "assistant", "content": content}));
+    messages.push(json!({"role": "user", "content": "And the shortest?"}));
+    let next = json!({"model": MODEL, "max_tokens": 256, "messages": messages});
+    let response = post(&app, "compact-2026-01-12", &next).await;
+    assert_eq!(response.status(), 200);
+    let sent = app.upstream.last_accepted().expect("accepted").json;
+    let sent = sent.expect("json");
+    let sent_messages = sent["messages"].as_array().expect("messages");
+    assert_eq!(sent_messages.len(), 3, "{sent}");
+    let text = sent_messages[0]["content"][0]["text"]
+        .as_str()
+        .unwrap_or("");
+    assert!(text.contains(&summary), "{text}");
+    assert_eq!(sent_messages[1]["content"], json!([content[1]]));
+}
+
+#[tokio::test]
+async fn streamed_the_compaction_block_comes_before_the_reply() {
+    let app = spawn_app_with(third_party()).await;
+    let edits = json!({"edits": [{"type": "compact_20260112",
+        "trigger": {"type": "input_tokens", "value": 1000}}]});
+    let body = json!({"model": MODEL, "max_tokens": 1024, "stream": true,
+        "messages": tool_loop(5), "context_management": edits});
+    let response = post(&app, "compact-2026-01-12", &body).await;
+    assert_eq!(response.status(), 200);
+    let stream = response.text().await.expect("stream");
+    let events: Vec<Value> = stream
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str(data).ok())
+        .collect();
+    let starts: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "content_block_start")
+        .collect();
+    assert_eq!(starts[0]["index"], 0);
+    assert_eq!(starts[0]["content_block"]["type"], "compaction");
+    assert!(starts.len() >= 2, "{stream}");
+    assert!(starts[1..].iter().all(|s| s["index"].as_u64() >= Some(1)));
+    let delta = events
+        .iter()
+        .find(|e| e["delta"]["type"] == "compaction_delta")
+        .expect("the summary");
+    assert_eq!(delta["index"], 0);
+    let end = events
+        .iter()
+        .find(|e| e["type"] == "message_delta")
+        .expect("the end");
+    assert_eq!(end["usage"]["iterations"][0]["type"], "compaction");
+    assert_eq!(end["usage"]["iterations"][1]["type"], "message");
+    assert_ne!(end["delta"]["stop_reason"], "compaction");
+}

@@ -82,6 +82,9 @@ both_backends!(
     the_compact_endpoint_is_answered_by_condenser,
     forward_mode_passes_the_compact_endpoint_untouched,
     context_management_is_removed_where_condenser_serves,
+    past_its_threshold_a_request_is_answered_after_a_compaction_item,
+    past_its_threshold_a_stream_carries_the_compaction_item_first,
+    forward_mode_to_openai_is_byte_identical_for_every_form,
 );
 
 async fn a_compaction_trigger_is_answered_by_condenser(backend: TestBackend) {
@@ -90,6 +93,9 @@ async fn a_compaction_trigger_is_answered_by_condenser(backend: TestBackend) {
     let sealed = item["encrypted_content"].as_str().expect("content");
     assert!(sealed.starts_with("condenser.v1."), "{sealed}");
     assert_eq!(app.upstream.summary_requests().len(), 1);
+    // Stored like Condenser's own compactions, for the operator page.
+    let asked = "select count(*) from compactions where trigger = 'asked'";
+    assert_eq!(app.db.count(asked).await, 1);
     for request in app.upstream.requests() {
         let body = String::from_utf8_lossy(&request.body);
         assert!(!body.contains("compaction_trigger"), "{body}");
@@ -104,6 +110,10 @@ async fn a_compaction_trigger_is_answered_by_condenser(backend: TestBackend) {
     assert_eq!(output.len(), 1);
     assert_eq!(output[0]["type"], "compaction");
     assert!(body["usage"]["total_tokens"].as_u64() > Some(0));
+    // The usage is what the summary call used, as the upstream reported.
+    let summary = app.upstream.summary_requests().last().cloned();
+    let reported = summary.expect("a summary call").input_tokens;
+    assert_eq!(body["usage"]["input_tokens"].as_u64(), reported);
 }
 
 async fn a_compaction_item_comes_back_as_the_summary_message(backend: TestBackend) {
@@ -234,6 +244,8 @@ async fn the_compact_endpoint_is_answered_by_condenser(backend: TestBackend) {
     assert_eq!(output[0], history()[0]);
     assert_eq!(output[1], history()[2]);
     assert_eq!(output[2]["type"], "compaction");
+    let asked = "select count(*) from compactions where trigger = 'asked'";
+    assert_eq!(app.db.count(asked).await, 1);
     let summaries = app.upstream.summary_requests();
     assert_eq!(summaries.len(), 1);
     assert!(
@@ -293,4 +305,326 @@ async fn context_management_is_removed_where_condenser_serves(backend: TestBacke
     assert_eq!(response.status(), 400);
     let error = response.text().await.unwrap_or_default();
     assert!(error.contains("Extra inputs are not permitted"), "{error}");
+}
+
+/// A conversation of about 1,600 tokens (four bytes a token) whose old
+/// turns are worth compacting, asking for compaction past 1,000 tokens.
+fn managed(stream: bool) -> Value {
+    let input = vec![
+        user(&format!("Read this log: {}", filler(3_000, 1))),
+        json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Read it."}]}),
+        user(&format!("And this one: {}", filler(3_000, 2))),
+        json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Noted."}]}),
+        user("Now fix the bug."),
+    ];
+    json!({"model": MODEL, "input": input, "store": false, "stream": stream,
+        "context_management": [{"type": "compaction", "compact_threshold": 1000}]})
+}
+
+/// The input of the request the upstream last answered.
+fn upstream_input(app: &TestApp) -> Vec<Value> {
+    let accepted = app.upstream.last_accepted().expect("accepted");
+    let input = accepted.json.expect("json")["input"].clone();
+    input.as_array().expect("input").clone()
+}
+
+/// What the upstream got for the reply: Condenser's summary in place of
+/// the old turns, and no `context_management`.
+fn assert_compacted_upstream(app: &TestApp) {
+    let accepted = app.upstream.last_accepted().expect("accepted");
+    let sent = accepted.json.expect("json");
+    assert!(sent.get("context_management").is_none());
+    let text = sent["input"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap_or("");
+    assert!(text.starts_with(SUMMARY_MARKER), "{sent}");
+    assert!(!accepted.body.windows(10).any(|w| w == b"fact-00001"));
+    assert_eq!(app.upstream.summary_requests().len(), 1);
+}
+
+async fn past_its_threshold_a_request_is_answered_after_a_compaction_item(backend: TestBackend) {
+    let app = spawn_app_with(options(backend)).await;
+    let response = app.post_responses(&managed(false)).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.expect("json");
+    let output = body["output"].as_array().expect("output");
+    assert_eq!(output.len(), 2, "{body}");
+    assert_eq!(output[0]["type"], "compaction");
+    let sealed = output[0]["encrypted_content"].as_str().expect("sealed");
+    assert!(sealed.starts_with("condenser.v1."));
+    assert_eq!(output[1]["type"], "message");
+    assert_compacted_upstream(&app);
+    assert_eq!(app.db.count("select count(*) from compactions").await, 1);
+    let first = upstream_input(&app);
+    // The client goes on as the compaction guide says: output appended to
+    // input. The item stands for everything before it, so the old turns
+    // never reach the upstream again, nothing is compacted anew, and what
+    // the upstream got last time opens this request unchanged (its prompt
+    // cache keeps hitting).
+    let mut next = managed(false);
+    let input = next["input"].as_array_mut().expect("input");
+    input.extend(output.iter().cloned());
+    input.push(user("Run the tests."));
+    let response = app.post_responses(&next).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(
+        body["output"].as_array().expect("output").len(),
+        1,
+        "{body}"
+    );
+    assert_compacted_upstream(&app);
+    let second = upstream_input(&app);
+    assert_eq!(second[..first.len()], first[..]);
+    assert_eq!(
+        second[first.len()..],
+        [output[1].clone(), user("Run the tests.")]
+    );
+    // Below the threshold: the field is removed and nothing else happens.
+    let small = json!({"model": MODEL, "input": [user("hi")],
+        "context_management": [{"type": "compaction", "compact_threshold": 1000}]});
+    let body: Value = app.post_responses(&small).await.json().await.expect("json");
+    assert_eq!(body["output"][0]["type"], "message", "{body}");
+    assert_eq!(app.upstream.summary_requests().len(), 1);
+}
+
+async fn past_its_threshold_a_stream_carries_the_compaction_item_first(backend: TestBackend) {
+    let app = spawn_app_with(options(backend)).await;
+    let response = app.post_responses(&managed(true)).await;
+    assert_eq!(response.status(), 200);
+    let events = events(&response.text().await.expect("body"));
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    let added = kinds
+        .iter()
+        .position(|k| *k == "response.output_item.added")
+        .expect("an item");
+    let before = ["response.created", "response.in_progress"];
+    assert!(
+        kinds[..added].iter().all(|k| before.contains(k)),
+        "{kinds:?}"
+    );
+    assert_eq!(events[added]["item"]["type"], "compaction");
+    assert_eq!(events[added]["output_index"], 0);
+    assert_eq!(kinds[added + 1], "response.output_item.done");
+    assert_eq!(events[added + 1]["item"]["type"], "compaction");
+    // The reply follows at output index 1, numbered after the item.
+    let reply: Vec<&Value> = events[added + 2..]
+        .iter()
+        .filter(|e| e.get("output_index").is_some())
+        .collect();
+    assert!(!reply.is_empty());
+    assert!(reply.iter().all(|e| e["output_index"] == 1), "{reply:?}");
+    let numbers: Vec<u64> = events
+        .iter()
+        .filter_map(|e| e["sequence_number"].as_u64())
+        .collect();
+    assert!(numbers.windows(2).all(|w| w[1] == w[0] + 1), "{numbers:?}");
+    let completed = events.last().expect("events");
+    assert_eq!(completed["type"], "response.completed");
+    let output = completed["response"]["output"].as_array().expect("output");
+    assert_eq!(output[0]["type"], "compaction");
+    assert_eq!(output[1]["type"], "message");
+    assert_compacted_upstream(&app);
+}
+
+/// `auto` mode where the upstream is named OpenAI's host: it is asked
+/// first, and what shows it does not know a form is served on the same
+/// request and remembered. The upstream's address is `api.openai.com`,
+/// reached through an HTTP proxy that is the third-party fake itself.
+mod auto_mode {
+    use super::*;
+    use crate::helpers::process::ProxyProcess;
+    use fake_upstream::{FakeConfig, FakeUpstream};
+    use pretty_assertions::assert_eq;
+
+    async fn openai_named_third_party() -> (FakeUpstream, ProxyProcess) {
+        let config = FakeConfig {
+            summary_marker: Some(SUMMARY_MARKER.into()),
+            ..FakeConfig::default()
+        };
+        let fake = FakeUpstream::start(config).await;
+        let proxy = format!("http://{}", fake.addr());
+        let process = ProxyProcess::start(&[
+            ("CONDENSER_OPENAI_BASE_URL", "http://api.openai.com/v1"),
+            ("HTTP_PROXY", &proxy),
+            ("CONDENSER_SUMMARY_MAX_TOKENS", "300"),
+        ]);
+        (fake, process)
+    }
+
+    async fn post(process: &ProxyProcess, body: &Value) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(format!("{}/v1/responses", process.address))
+            .bearer_auth(OPENAI_KEY)
+            .json(body)
+            .send()
+            .await
+            .expect("sent")
+    }
+
+    fn asked_with(fake: &FakeUpstream, form: &str) -> usize {
+        let requests = fake.requests();
+        let with = requests.iter().filter(|r| {
+            let body = String::from_utf8_lossy(&r.body);
+            body.contains(form)
+        });
+        with.count()
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_trigger_answered_without_its_item_is_served_and_remembered() {
+        let (fake, process) = openai_named_third_party().await;
+        for turn in 1..=2 {
+            let response = post(&process, &triggered(true)).await;
+            assert_eq!(response.status(), 200);
+            let events = events(&response.text().await.expect("body"));
+            let done: Vec<&Value> = events
+                .iter()
+                .filter(|e| e["type"] == "response.output_item.done")
+                .collect();
+            assert_eq!(done.len(), 1, "turn {turn}: {events:?}");
+            assert_eq!(done[0]["item"]["type"], "compaction");
+            // Asked of the upstream once, answered with a plain message;
+            // served by Condenser from then on.
+            assert_eq!(asked_with(&fake, "compaction_trigger"), 1);
+            assert_eq!(fake.summary_requests().len(), turn);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn context_management_refused_as_unknown_is_served_on_the_same_request() {
+        let (fake, process) = openai_named_third_party().await;
+        let mut body = json!({"model": MODEL, "input": history(), "store": false});
+        body["context_management"] = json!([{"type": "compaction", "compact_threshold": 1000}]);
+        for sent in 1..=2 {
+            let response = post(&process, &body).await;
+            let status = response.status();
+            let answer = response.text().await.expect("body");
+            assert_eq!(status, 200, "{answer}");
+            // Refused once, with "context_management: Extra inputs are not
+            // permitted"; every later request goes without the field.
+            assert_eq!(asked_with(&fake, "context_management"), 1);
+            assert_eq!(fake.chat_requests().len(), sent + 1);
+        }
+    }
+}
+
+/// `body` posted to `url` as raw bytes; the status and the answer's bytes.
+async fn post_bytes(app: &TestApp, url: &str, body: &[u8]) -> (u16, Vec<u8>) {
+    let response = app
+        .client
+        .post(url)
+        .bearer_auth(OPENAI_KEY)
+        .header("content-type", "application/json")
+        .body(body.to_vec())
+        .send()
+        .await
+        .expect("sent");
+    let status = response.status().as_u16();
+    (status, response.bytes().await.expect("body").to_vec())
+}
+
+async fn forward_mode_to_openai_is_byte_identical_for_every_form(backend: TestBackend) {
+    let settings = json!({"upstreams": {"openai": {"native_compaction": "forward"}}});
+    let mut options = Options::on(backend).settings(settings);
+    options.fake.responses_mode = fake_upstream::ResponsesMode::OpenAi;
+    let app = spawn_app_with(options).await;
+    let compact = json!({"model": MODEL, "input": history()});
+    let forms = [
+        ("/v1/responses", triggered(true)),
+        ("/v1/responses/compact", compact),
+        ("/v1/responses", managed(false)),
+    ];
+    let mut items = Vec::new();
+    for (path, body) in forms {
+        let body = serde_json::to_vec(&body).expect("test value");
+        let (status, through) = post_bytes(&app, &app.url(path), &body).await;
+        assert_eq!(status, 200, "{path}: {}", String::from_utf8_lossy(&through));
+        let received = app.upstream.requests().last().expect("forwarded").clone();
+        assert_eq!(received.body.as_ref(), body.as_slice(), "{path}: request");
+        // The provider answers the same request with the same bytes.
+        let direct = format!("{}{}", app.upstream.base_url(), path);
+        let (_, answer) = post_bytes(&app, &direct, &body).await;
+        assert_eq!(through, answer, "{path}: response");
+        let text = String::from_utf8_lossy(&through).to_string();
+        let found = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .chain([text.as_str()]);
+        let found = found.filter_map(|data| serde_json::from_str::<Value>(data).ok());
+        items.extend(found.filter_map(|value| provider_item(&value)));
+    }
+    assert!(app.upstream.summary_requests().is_empty());
+    assert_eq!(items.len(), 3, "one compaction item per form: {items:?}");
+    // The provider's own item comes back on a later request untouched,
+    // and the provider reads it.
+    let later = serde_json::to_vec(&after_compaction(&items[0])).expect("test value");
+    let (status, _) = post_bytes(&app, &app.url("/v1/responses"), &later).await;
+    assert_eq!(status, 200);
+    let received = app.upstream.requests().last().expect("forwarded").clone();
+    assert_eq!(received.body.as_ref(), later.as_slice());
+}
+
+/// The provider's compaction item in an answer or event, if it holds one.
+fn provider_item(value: &Value) -> Option<Value> {
+    if value["type"] == "response.output_item.done" {
+        return Some(value["item"].clone()).filter(|item| item["type"] == "compaction");
+    }
+    let output = value["output"].as_array()?;
+    let item = output.iter().find(|item| item["type"] == "compaction")?;
+    let content = item["encrypted_content"].as_str()?;
+    assert!(!content.starts_with("condenser."), "{content}");
+    Some(item.clone())
+}
+
+/// A fleet: two instances on one Postgres, no key configured.
+mod fleet {
+    use super::*;
+    use crate::helpers::db::TestDb;
+    use crate::helpers::process::ProxyProcess;
+    use fake_upstream::{FakeConfig, FakeUpstream};
+    use pretty_assertions::assert_eq;
+
+    async fn post(instance: &ProxyProcess, body: &Value) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(format!("{}/v1/responses", instance.address))
+            .bearer_auth(OPENAI_KEY)
+            .json(body)
+            .send()
+            .await
+            .expect("sent")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_compaction_item_made_by_one_instance_is_expanded_by_another() {
+        let config = FakeConfig {
+            summary_marker: Some(SUMMARY_MARKER.into()),
+            ..FakeConfig::default()
+        };
+        let fake = FakeUpstream::start(config).await;
+        let db = TestDb::new(TestBackend::Postgres).await;
+        let base_url = fake.openai_base_url();
+        let env = [
+            ("CONDENSER_OPENAI_BASE_URL", base_url.as_str()),
+            ("CONDENSER_SUMMARY_MAX_TOKENS", "300"),
+            ("DATABASE_URL", db.url.as_str()),
+        ];
+        let one = ProxyProcess::start(&env);
+        let two = ProxyProcess::start(&env);
+        let response = post(&one, &triggered(false)).await;
+        assert_eq!(response.status(), 200);
+        let answer: Value = response.json().await.expect("json");
+        let item = answer["output"][0].clone();
+        assert_eq!(item["type"], "compaction", "{answer}");
+        let response = post(&two, &after_compaction(&item)).await;
+        let status = response.status();
+        assert_eq!(status, 200, "{}", response.text().await.unwrap_or_default());
+        // The second instance opened it: the upstream got the summary.
+        let accepted = fake.last_accepted().expect("accepted");
+        let body = String::from_utf8_lossy(&accepted.body);
+        assert!(body.contains(SUMMARY_MARKER), "{body}");
+        assert!(!body.contains("condenser.v1."), "{body}");
+        // One key for the fleet, made by whichever instance came first.
+        assert_eq!(db.count("select count(*) from server_keys").await, 1);
+    }
 }

@@ -18,10 +18,10 @@ use std::sync::Arc;
 use tracing::Instrument;
 
 /// This request's messages, as the compaction covering them needs them.
-struct CoveredMessages<'a> {
-    persist: &'a mut Persist,
-    conversation: &'a Conversation,
-    request: &'a Arc<ChatRequest>,
+pub(super) struct CoveredMessages<'a> {
+    pub persist: &'a mut Persist,
+    pub conversation: &'a Conversation,
+    pub request: &'a Arc<ChatRequest>,
 }
 
 impl Covered for CoveredMessages<'_> {
@@ -210,6 +210,7 @@ impl Exchange {
             timeout: settings.summary_timeout,
             origin: &self.origin,
             calls_made: Default::default(),
+            used: Default::default(),
         };
         let planned = self.prepare(&sizing, &summarizer, &job)?;
         let persist = &mut self.persist;
@@ -257,13 +258,19 @@ impl Exchange {
     ) -> SummaryBudget {
         let window = sizing.window(signal, sent_bytes).tokens;
         let calibration = sizing.calibration(signal, sent_bytes);
+        // Below the client's threshold, the signal states the threshold,
+        // not the model's window the summary calls run in.
+        let call_window = match self.below_threshold {
+            true => self.model_window(sent_bytes),
+            false => window,
+        };
         let (own_window, own_calibration) = if model == self.incoming.request.model {
-            (window, calibration)
+            (call_window, calibration)
         } else {
             let upstream = &self.incoming.route.upstream.name;
             let tenant = &self.incoming.conversation.tenant;
             let known = self.state.sizes.get(upstream, model, tenant);
-            let own_window = known.window_tokens().unwrap_or(window);
+            let own_window = known.window_tokens().unwrap_or(call_window);
             (own_window, known.calibration.unwrap_or(calibration))
         };
         let Incoming {

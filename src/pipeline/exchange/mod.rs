@@ -5,11 +5,13 @@
 //! in [`Exchange::run`].
 
 mod compact;
+mod events;
 mod native;
 mod on_demand;
 mod served;
 
 use super::budget::CompactionBudget;
+use super::native::{Fallback, NativeAsk};
 use super::persist::Persist;
 use super::respond::{self, Degraded, Report};
 use super::rewrite;
@@ -18,7 +20,7 @@ use crate::domain::{Compaction, Trigger};
 use crate::error::ProxyError;
 use crate::overflow::inspect::{inspect, Inspected};
 use crate::overflow::OverflowSignal;
-use crate::protocol::native::Shape;
+use crate::protocol::native::Lead;
 use crate::protocol::{Adapter, ChatRequest};
 use crate::state::AppState;
 use crate::telemetry::genai;
@@ -71,9 +73,18 @@ pub struct Exchange {
     attempts: u32,
     /// The API's own context-management forms, forwarded or served.
     native: served::Native,
-    /// The client asked for a compaction in its provider's own form:
-    /// Condenser answers it (`native.rs`).
-    serve_native: Option<Shape>,
+    /// What the client asked of its provider's own compaction that
+    /// Condenser does itself (`native.rs`).
+    ask: Option<NativeAsk>,
+    /// The compaction item that leads the answer, once a threshold the
+    /// client set was passed and Condenser compacted.
+    lead: Option<Box<dyn Lead>>,
+    /// The request as Condenser serves it, should the upstream refuse
+    /// the provider's form it was forwarded with.
+    fallback: Option<Fallback>,
+    /// Set while compacting to below the client's own threshold: the
+    /// plan aims at it, the summary calls at the model's window.
+    below_threshold: bool,
 }
 
 /// What one attempt upstream came to.
@@ -111,13 +122,22 @@ impl Exchange {
             origin,
             attempts: 0,
             native,
-            serve_native: None,
+            ask: None,
+            lead: None,
+            fallback: None,
+            below_threshold: false,
         }
     }
 
-    /// Answers the request with a compaction instead of forwarding it.
-    pub fn serving_native(mut self, serve: Option<Shape>) -> Self {
-        self.serve_native = serve;
+    /// Does what the client asked of its provider's own compaction.
+    pub fn serving_native(mut self, ask: Option<NativeAsk>) -> Self {
+        self.ask = ask;
+        self
+    }
+
+    /// Serves `fallback` should the upstream refuse the form.
+    pub fn falling_back(mut self, fallback: Option<Fallback>) -> Self {
+        self.fallback = fallback;
         self
     }
 
@@ -128,40 +148,32 @@ impl Exchange {
     }
 
     pub async fn run(mut self) -> (Response, Report) {
-        if let Some(shape) = self.serve_native {
+        if let Some(NativeAsk::Compact(shape)) = self.ask {
             return self.serve_native(shape).await;
         }
-        if let Some(forms) = self.native.summary_asked(&self.incoming.request.body) {
+        if let Some(forms) = self.summary_asked() {
             return self.summary_on_demand(forms).await;
         }
         let mut applied = self.stored_compaction();
+        if let Some(compaction) = self.compact_before_reply().await {
+            applied = Some(compaction);
+        }
         let mut budget = CompactionBudget::new(self.state.settings.compaction.max_compactions);
         loop {
             let body = self.upstream_body(applied.as_ref());
             let sent_bytes = body.len();
             self.report.sent_bytes = sent_bytes;
             self.report.compacted_messages = applied.as_ref().map(|c| c.prefix_len);
-            if let Some(signal) = self.certain_overflow(sent_bytes) {
-                let current = applied.as_ref();
-                let proactive = Trigger::Proactive;
-                match self
-                    .compact_within(&mut budget, current, &signal, sent_bytes, proactive)
-                    .await
-                {
-                    Ok(compaction) => {
-                        applied = Some(compaction);
-                        continue;
-                    }
-                    // The estimate may be wrong: let the upstream decide.
-                    Err(kind) => tracing::info!(
-                        error.kind = kind.as_str(),
-                        "no compaction before sending: sending as it is"
-                    ),
-                }
+            let current = applied.as_ref();
+            let before = self.compact_before_sending(&mut budget, current, sent_bytes);
+            if let Some(compaction) = before.await {
+                applied = Some(compaction);
+                continue;
             }
             let (signal, upstream_error) = match self.attempt(body).await {
                 Attempt::Answered(response) => {
                     let response = self.native.report(response).await;
+                    let response = self.led(response).await;
                     return self.finish(response);
                 }
                 Attempt::Overflowed(signal, error) => (signal, error),
@@ -184,6 +196,34 @@ impl Exchange {
                 }
             }
         }
+    }
+
+    /// A compaction made before sending: past the client's own threshold,
+    /// or where the upstream would certainly refuse the request.
+    async fn compact_before_sending(
+        &mut self,
+        budget: &mut CompactionBudget,
+        current: Option<&Compaction>,
+        sent_bytes: usize,
+    ) -> Option<Compaction> {
+        let at_threshold = self.compact_at_threshold(budget, current, sent_bytes);
+        if let Some(compaction) = at_threshold.await {
+            return Some(compaction);
+        }
+        let signal = self.certain_overflow(sent_bytes)?;
+        let proactive = Trigger::Proactive;
+        let compacted = self
+            .compact_within(budget, current, &signal, sent_bytes, proactive)
+            .await;
+        compacted
+            // The estimate may be wrong: let the upstream decide.
+            .inspect_err(|kind| {
+                tracing::info!(
+                    error.kind = kind.as_str(),
+                    "no compaction before sending: sending as it is"
+                )
+            })
+            .ok()
     }
 
     /// Sends `body` and reads the start of the answer, in a span of its
@@ -252,6 +292,10 @@ impl Exchange {
                     .native
                     .refused(&self.incoming.route.upstream, status.as_u16(), &body) =>
             {
+                genai::status(span, status);
+                Attempt::Refused
+            }
+            Inspected::Error { status, body, .. } if self.falls_back(status.as_u16(), &body) => {
                 genai::status(span, status);
                 Attempt::Refused
             }

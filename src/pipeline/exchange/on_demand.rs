@@ -9,6 +9,7 @@
 
 use super::{Exchange, Incoming};
 use crate::compaction::{Summarizer, SummaryBudget, SummaryError};
+use crate::domain::Compaction;
 use crate::protocol::{ErrorClass, ErrorInfo, ServedForms, Usage};
 use axum::body::Body;
 use axum::response::Response;
@@ -17,6 +18,48 @@ use http::{header, HeaderValue, StatusCode};
 use super::respond::Report;
 
 impl Exchange {
+    /// The served forms, when the request asks for a summary in place of
+    /// a reply: on demand, or past a compaction trigger that pauses.
+    pub(super) fn summary_asked(&self) -> Option<&'static dyn ServedForms> {
+        let calibration = self.model_size().calibration.unwrap_or_default();
+        let input_tokens = calibration.tokens(self.incoming.original.len());
+        let body = &self.incoming.request.body;
+        self.native.summary_asked(body, input_tokens)
+    }
+
+    /// The compaction a request asks before its reply (Anthropic's
+    /// `compact_20260112` that does not pause, past its trigger): every
+    /// message summarized and stored, the reply asked of the summary, and
+    /// the answer to be led by it. `None` when none is asked or it could
+    /// not be written: the request then goes as it is.
+    pub(super) async fn compact_before_reply(&mut self) -> Option<Compaction> {
+        let calibration = self.model_size().calibration.unwrap_or_default();
+        let input_tokens = calibration.tokens(self.incoming.original.len());
+        let body = &self.incoming.request.body;
+        let forms = self.native.compacts_before_reply(body, input_tokens)?;
+        if let Some(compacting) = &self.compacting {
+            let _ = compacting.send(true);
+        }
+        let started = std::time::Instant::now();
+        let (summary, used) = match self.summarize_all().await {
+            Ok(written) => written,
+            Err(kind) => {
+                tracing::info!(error.kind = kind, "no compaction before the reply");
+                return None;
+            }
+        };
+        let took = started.elapsed().as_millis() as i64;
+        let compaction = self.keep_asked(&summary, took).await?;
+        let estimate = Usage {
+            input_tokens,
+            output_tokens: calibration.tokens(summary.len()),
+            cached_tokens: 0,
+        };
+        self.lead = Some(forms.lead(&summary, used.unwrap_or(estimate)));
+        self.report.compactions = 1;
+        Some(compaction)
+    }
+
     /// Writes the summary the request asks for and answers with it.
     pub(super) async fn summary_on_demand(
         mut self,
@@ -57,6 +100,7 @@ impl Exchange {
             timeout: settings.summary_timeout,
             origin: &self.origin,
             calls_made: Default::default(),
+            used: Default::default(),
         };
         let entries = summarizer.transcript(request.messages());
         let input_bytes: usize = entries.iter().map(String::len).sum();
@@ -66,8 +110,13 @@ impl Exchange {
             output_tokens: calibration.tokens(text.len()),
             cached_tokens: 0,
         };
+        // What the summary calls reported, else the estimate.
+        let reported = summarizer.used.total();
         let response = match written {
-            Ok(written) => self.summary_answer(forms, &written.text, usage(&written.text)),
+            Ok(written) => {
+                let usage = reported.unwrap_or_else(|| usage(&written.text));
+                self.summary_answer(forms, &written.text, usage)
+            }
             Err(error) => self.summary_failed(&error),
         };
         self.finish(response)
@@ -83,7 +132,7 @@ impl Exchange {
             ..
         } = &self.incoming;
         self.persist.accept(conversation, request);
-        let body = forms.summary_answer(&request.model, summary, usage, request.stream);
+        let body = forms.summary_answer(&request.body, summary, usage, request.stream);
         let content_type = if request.stream {
             adapter.stream_content_type()
         } else {

@@ -8,19 +8,15 @@
 //! forwards to the API's maker and serves elsewhere, and serves from then
 //! on where a forwarded form was refused as unknown.
 
+use super::events::{edited, AnswerEdit};
 use crate::config::NativeCompaction;
 use crate::protocol::{Adapter, ServedForms};
 use crate::upstream::routes::Upstream;
-use axum::body::Body;
 use axum::response::Response;
-use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
-use http::{header, HeaderMap};
+use bytes::Bytes;
+use http::HeaderMap;
 use serde_json::Value;
 use std::sync::atomic::Ordering;
-
-/// A JSON answer larger than this is relayed without the report.
-const MAX_REPORTED_JSON: usize = 8 * 1024 * 1024;
 
 /// The forms one request uses, and whether Condenser serves them.
 pub(super) struct Native {
@@ -57,14 +53,26 @@ impl Native {
         }
     }
 
-    /// The forms, when the request asks them for a summary in place of a
-    /// reply and they are served.
+    /// The forms, when the request (of `input_tokens`) asks them for a
+    /// summary in place of a reply and they are served.
     pub fn summary_asked(
         &self,
         body: &serde_json::Map<String, Value>,
+        input_tokens: u64,
     ) -> Option<&'static dyn ServedForms> {
         self.forms
-            .filter(|forms| self.serving && forms.summary_asked(body))
+            .filter(|forms| self.serving && forms.summary_asked(body, input_tokens))
+    }
+
+    /// The forms, when the request (of `input_tokens`) asks for a
+    /// compaction before its reply and they are served.
+    pub fn compacts_before_reply(
+        &self,
+        body: &serde_json::Map<String, Value>,
+        input_tokens: u64,
+    ) -> Option<&'static dyn ServedForms> {
+        self.forms
+            .filter(|forms| self.serving && forms.compacts_before_reply(body, input_tokens))
     }
 
     /// Whether the forms are served (and the body is to be rewritten).
@@ -120,123 +128,36 @@ impl Native {
         let Some(forms) = self.forms.filter(|_| !self.applied.is_null()) else {
             return response;
         };
-        if !response.status().is_success() {
-            return response;
-        }
-        let content_type = response
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_ascii_lowercase();
-        let (mut parts, body) = response.into_parts();
-        if content_type.starts_with("text/event-stream") {
-            let body = report_stream(body, forms, self.applied.clone());
-            return Response::from_parts(parts, body);
-        }
-        if !content_type.starts_with("application/json") {
-            return Response::from_parts(parts, body);
-        }
-        let Ok(read) = axum::body::to_bytes(body, MAX_REPORTED_JSON).await else {
-            // Cut short or too large: what was read is lost either way.
-            parts.headers.remove(header::CONTENT_LENGTH);
-            return Response::from_parts(parts, Body::empty());
+        let report = Report {
+            forms,
+            applied: self.applied.clone(),
+            reported: false,
         };
-        let Ok(mut answer) = serde_json::from_slice::<Value>(&read) else {
-            return Response::from_parts(parts, Body::from(read));
-        };
-        forms.report_json(&mut answer, &self.applied);
-        parts.headers.remove(header::CONTENT_LENGTH);
-        let body = serde_json::to_vec(&answer).map_or(read, Bytes::from);
-        Response::from_parts(parts, Body::from(body))
+        edited(response, report).await
     }
 }
 
-/// A stream passed on event by event until the event that carries the
-/// report, which gets it; the rest passes untouched.
-fn report_stream(body: Body, forms: &'static dyn ServedForms, applied: Value) -> Body {
-    let state = Relaying {
-        upstream: body.into_data_stream(),
-        pending: BytesMut::new(),
-        reported: false,
-        forms,
-        applied,
-    };
-    let events = futures_util::stream::unfold(Some(state), |state| async move {
-        let mut state = state?;
-        match state.upstream.next().await {
-            Some(Ok(chunk)) => {
-                let out = state.pass(chunk);
-                Some((Ok(out), Some(state)))
-            }
-            Some(Err(error)) => Some((Err(error), None)),
-            // The end: what never ended an event goes as it came.
-            None if state.pending.is_empty() => None,
-            None => Some((Ok(state.pending.split().freeze()), None)),
-        }
-    });
-    Body::from_stream(events)
-}
-
-struct Relaying {
-    upstream: axum::body::BodyDataStream,
-    /// Bytes of an event not yet ended.
-    pending: BytesMut,
-    reported: bool,
+/// The report of what was applied, added to the one event or JSON answer
+/// that carries it.
+struct Report {
     forms: &'static dyn ServedForms,
     applied: Value,
+    reported: bool,
 }
 
-impl Relaying {
-    /// The bytes to pass on for `chunk`: its whole events, one of them
-    /// perhaps with the report.
-    fn pass(&mut self, chunk: Bytes) -> Bytes {
-        if self.reported {
-            return chunk;
-        }
-        self.pending.extend_from_slice(&chunk);
-        let Some(end) = memchr::memmem::rfind(&self.pending, b"\n\n") else {
-            return Bytes::new();
-        };
-        let complete = self.pending.split_to(end + 2);
-        let mut out = BytesMut::with_capacity(complete.len());
-        for event in complete.split_inclusive_events() {
-            let rewritten = (!self.reported)
-                .then(|| reported_event(event, self.forms, &self.applied))
-                .flatten();
-            match rewritten {
-                Some(rewritten) => {
-                    self.reported = true;
-                    out.extend_from_slice(&rewritten);
-                }
-                None => out.extend_from_slice(event),
-            }
-        }
-        if self.reported {
-            out.extend_from_slice(&self.pending.split());
-        }
-        out.freeze()
+impl AnswerEdit for Report {
+    fn event(&mut self, event: &[u8]) -> Option<Vec<u8>> {
+        let rewritten = reported_event(event, self.forms, &self.applied)?;
+        self.reported = true;
+        Some(rewritten)
     }
-}
 
-/// Splits SSE bytes into whole events, each with its blank line.
-trait SplitEvents {
-    fn split_inclusive_events(&self) -> Vec<&[u8]>;
-}
+    fn finished(&self) -> bool {
+        self.reported
+    }
 
-impl SplitEvents for [u8] {
-    fn split_inclusive_events(&self) -> Vec<&[u8]> {
-        let mut events = Vec::new();
-        let mut rest = self;
-        while let Some(end) = memchr::memmem::find(rest, b"\n\n") {
-            let (event, after) = rest.split_at(end + 2);
-            events.push(event);
-            rest = after;
-        }
-        if !rest.is_empty() {
-            events.push(rest);
-        }
-        events
+    fn json(&mut self, answer: &mut Value) {
+        self.forms.report_json(answer, &self.applied);
     }
 }
 
@@ -269,6 +190,7 @@ mod tests {
     use super::*;
     use crate::config::Settings;
     use crate::upstream::routes::{Route, RouteTable};
+    use axum::body::Body;
     use http::{HeaderValue, Method};
     use serde_json::json;
 
@@ -336,7 +258,12 @@ mod tests {
                 .map(|c| Ok(Bytes::copy_from_slice(c)))
                 .collect();
             let body = Body::from_stream(futures_util::stream::iter(chunks));
-            let reported = report_stream(body, forms, applied.clone());
+            let report = Report {
+                forms,
+                applied: applied.clone(),
+                reported: false,
+            };
+            let reported = super::super::events::edited_stream(body, report);
             let read = axum::body::to_bytes(reported, usize::MAX)
                 .await
                 .expect("body");

@@ -21,6 +21,8 @@ pub enum Flavor {
     },
     /// Gemini's OpenAI-compatible endpoint, whose errors are Gemini's.
     GeminiCompat,
+    /// OpenAI's compaction endpoint, `/v1/responses/compact`.
+    Compact,
 }
 
 pub async fn openai(AxumState(state): AxumState<Arc<State>>, request: Request) -> Response {
@@ -33,6 +35,15 @@ pub async fn anthropic(AxumState(state): AxumState<Arc<State>>, request: Request
 
 pub async fn responses(AxumState(state): AxumState<Arc<State>>, request: Request) -> Response {
     handle(state, Protocol::Responses, Flavor::Native, request).await
+}
+
+/// `POST /v1/responses/compact`, which only OpenAI serves: elsewhere no
+/// such route (a 404, nothing recorded).
+pub async fn compact(AxumState(state): AxumState<Arc<State>>, request: Request) -> Response {
+    if state.config().responses_mode != crate::config::ResponsesMode::OpenAi {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    handle(state, Protocol::Responses, Flavor::Compact, request).await
 }
 
 pub async fn handle(
@@ -148,6 +159,18 @@ async fn respond(
         state.summary_delay(config.summary_delay).await;
     }
     tokio::time::sleep(config.first_byte_delay).await;
+    if *flavor == Flavor::Compact {
+        return axum::Json(crate::responses_modes::compacted(&request, &reply)).into_response();
+    }
+    if protocol == Protocol::Responses {
+        let mode = config.responses_mode;
+        if let Some(answer) = crate::responses_modes::answer(mode, &request, &reply, tokens) {
+            return match request["stream"] == true {
+                true => sse::respond(crate::responses_modes::events(&answer), config.chunk_delay),
+                false => axum::Json(answer).into_response(),
+            };
+        }
+    }
     if request["stream"] == true {
         sse::stream(protocol, &request, reply, &config)
     } else {

@@ -27,6 +27,8 @@ pub struct FakeConfig {
     pub reasoning_tokens: Option<u64>,
     /// Who serves Anthropic Messages (`messages_modes.rs`).
     pub messages_mode: MessagesMode,
+    /// Who serves the Responses API (`responses_modes.rs`).
+    pub responses_mode: ResponsesMode,
     /// Ollama's `num_ctx` when a request sets none.
     pub ollama_context_window: u64,
     /// Chat Completions past the window is cut and answered 200, as
@@ -51,6 +53,7 @@ impl Default for FakeConfig {
             summary_reply_tokens: 200,
             reasoning_tokens: None,
             messages_mode: MessagesMode::default(),
+            responses_mode: ResponsesMode::default(),
             ollama_context_window: 4096,
             silent_truncation: false,
             record_requests: true,
@@ -69,4 +72,14 @@ pub enum MessagesMode {
     Anthropic,
     /// A third-party service: Anthropic's betas and their fields refused.
     ThirdParty,
+}
+
+/// Who serves the Responses API.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ResponsesMode {
+    /// A server other than OpenAI: OpenAI's compaction forms unknown.
+    #[default]
+    ThirdParty,
+    /// OpenAI: its compaction forms served, with opaque items of its own.
+    OpenAi,
 }

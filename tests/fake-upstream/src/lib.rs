@@ -18,6 +18,7 @@ mod models;
 mod ollama;
 mod replies;
 mod responses;
+mod responses_modes;
 mod responses_sse;
 mod sse;
 mod state;
@@ -28,7 +29,7 @@ use axum::Router;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use config::{FakeConfig, MessagesMode};
+pub use config::{FakeConfig, MessagesMode, ResponsesMode};
 pub use state::{Protocol, RecordedRequest, RequestKind, Scripted};
 
 pub struct FakeUpstream {
@@ -128,6 +129,7 @@ fn router(state: Arc<state::State>) -> Router {
         .route("/v1/chat/completions", post(chat::openai))
         .route("/v1/messages", post(chat::anthropic))
         .route("/v1/responses", post(chat::responses))
+        .route("/v1/responses/compact", post(chat::compact))
         .route(
             "/openai/deployments/{deployment}/chat/completions",
             post(clouds::azure_chat),

@@ -26,22 +26,6 @@ fn kind(item: &Value) -> &str {
     }
 }
 
-/// What a third-party Responses server (one that is not OpenAI) refuses
-/// of OpenAI's own compaction forms: `context_management` is unknown to
-/// it, and servers whose request models forbid extra fields answer
-/// "context_management: Extra inputs are not permitted"
-/// (shared/reference/providers.md, "Provider-native compaction APIs";
-/// pydantic's `extra="forbid"` wording). A `compaction_trigger` item is
-/// answered as a plain message, as measured with Codex 0.169.0 against
-/// such a server (same section), and `/responses/compact` is a 404 (the
-/// fake has no such route).
-fn third_party(request: &Value) -> Result<(), String> {
-    match request.get("context_management") {
-        Some(_) => Err("context_management: Extra inputs are not permitted".into()),
-        None => Ok(()),
-    }
-}
-
 /// The input as a list of items (a string is one user message).
 pub fn items(request: &Value) -> Vec<Value> {
     match &request["input"] {
@@ -54,8 +38,8 @@ pub fn items(request: &Value) -> Vec<Value> {
 /// Calls and outputs paired by `call_id`, reasoning items whole and next to
 /// the item they lead into. A request that continues a stored response may
 /// answer calls this one does not show.
-pub fn validate(request: &Value) -> Result<(), String> {
-    third_party(request)?;
+pub fn validate(request: &Value, mode: crate::config::ResponsesMode) -> Result<(), String> {
+    crate::responses_modes::refusal(mode, request)?;
     let items = items(request);
     let stateful = !request["previous_response_id"].is_null() || !request["conversation"].is_null();
     let mut open: Vec<(String, String)> = Vec::new();
@@ -240,16 +224,16 @@ mod tests {
     fn outputs_must_answer_a_call_and_calls_must_be_answered() {
         let orphan = json!({"input": [{"type": "function_call_output", "call_id": "call_1", "output": "x"}]});
         assert_eq!(
-            validate(&orphan),
+            validate(&orphan, Default::default()),
             Err("No tool call found for function call output with call_id call_1.".into())
         );
         let unanswered = json!({"input": [{"type": "function_call", "call_id": "call_2", "name": "f", "arguments": "{}"}]});
         assert_eq!(
-            validate(&unanswered),
+            validate(&unanswered, Default::default()),
             Err("No tool output found for function call call_2.".into())
         );
         let continued = json!({"previous_response_id": "resp_1", "input": [{"type": "function_call_output", "call_id": "call_1", "output": "x"}]});
-        assert_eq!(validate(&continued), Ok(()));
+        assert_eq!(validate(&continued, Default::default()), Ok(()));
     }
 
     #[test]
@@ -259,19 +243,19 @@ mod tests {
         let call = json!({"type": "function_call", "id": "fc_rabc", "call_id": "c", "name": "f", "arguments": "{}"});
         let output = json!({"type": "function_call_output", "call_id": "c", "output": "x"});
         let whole = json!({"input": [reasoning, call, output]});
-        assert_eq!(validate(&whole), Ok(()));
+        assert_eq!(validate(&whole, Default::default()), Ok(()));
         let alone = json!({"input": [call, output]});
-        assert!(validate(&alone)
+        assert!(validate(&alone, Default::default())
             .expect_err("refused")
             .contains("without its required 'reasoning' item"));
         let trailing = json!({"input": [{"role": "user", "content": "hi"}, reasoning]});
-        assert!(validate(&trailing)
+        assert!(validate(&trailing, Default::default())
             .expect_err("refused")
             .contains("without its required following item"));
         let mut altered = reasoning.clone();
         altered["encrypted_content"] = json!("gAAAABforged");
         let forged = json!({"input": [altered, call, output]});
-        assert!(validate(&forged)
+        assert!(validate(&forged, Default::default())
             .expect_err("refused")
             .contains("could not be verified"));
     }

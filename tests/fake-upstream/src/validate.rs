@@ -56,7 +56,7 @@ pub fn request(
 ) -> Result<(), String> {
     if protocol == Protocol::Responses {
         no_credential(body, key)?;
-        crate::responses::validate(request)?;
+        crate::responses::validate(request, config.responses_mode)?;
         let items = crate::responses::items(request);
         return match (&config.summary_marker, kind) {
             (Some(marker), RequestKind::Chat) => {
