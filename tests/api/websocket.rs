@@ -27,6 +27,7 @@ both_backends!(
     an_overflow_condenser_cannot_compact_arrives_as_the_upstream_sent_it,
     codex_cli_answers_every_turn_over_the_socket_through_compactions,
     with_the_mode_off_or_past_a_tenants_sockets_the_upgrade_is_a_426,
+    a_socket_waiting_on_a_summary_gets_pings_then_its_answer,
 );
 
 fn small_window(backend: TestBackend) -> Options {
@@ -337,15 +338,7 @@ async fn a_socket_closed_during_a_summary_still_stores_the_compaction(backend: T
     let mut options = small_window(backend);
     options.fake.summary_delay = Duration::from_secs(2);
     let app = spawn_app_with(options).await;
-    let history: Vec<Value> = (0..12)
-        .flat_map(|turn| {
-            [
-                user_item(&format!("turn {turn}: {}", filler(1_500, turn))),
-                crate::helpers::responses::assistant_item(&filler(300, turn + 100)),
-            ]
-        })
-        .chain([user_item("and now?")])
-        .collect();
+    let history = long_history();
     let mut socket = connect(&app).await;
     send(&mut socket, &continuation(history.clone(), None)).await;
     wait_until(PATIENCE, "a summary is being written", || async {
@@ -380,6 +373,47 @@ async fn a_socket_closed_during_a_summary_still_stores_the_compaction(backend: T
 /// upstream sent it: a streamed `response.failed` as the same frames, a
 /// refusal (a request that does not stream) as an error frame holding the
 /// upstream's own error object.
+/// Invariant 6 on a socket: while a summary is written, Condenser's
+/// keep-alives arrive as pings, then the answer's frames.
+async fn a_socket_waiting_on_a_summary_gets_pings_then_its_answer(backend: TestBackend) {
+    let mut options =
+        small_window(backend).settings(json!({"compaction": {"keepalive_interval": "200ms"}}));
+    options.fake.summary_delay = Duration::from_secs(2);
+    let app = spawn_app_with(options).await;
+    let mut socket = connect(&app).await;
+    send(&mut socket, &continuation(long_history(), None)).await;
+    let mut pings = 0;
+    let completed = loop {
+        match socket.next().await.expect("a frame").expect("read") {
+            Message::Ping(_) => pings += 1,
+            Message::Text(text) => {
+                let frame: Value = serde_json::from_str(&text).expect("json");
+                if frame["type"] == "response.completed" {
+                    break frame;
+                }
+                assert_ne!(frame["type"], "error", "{frame}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert!(pings > 0, "no ping while the summary was written");
+    assert_eq!(completed["response"]["status"], "completed");
+    assert!(!app.upstream.summary_requests().is_empty());
+}
+
+/// A history past the small window: twelve turns of a pasted log.
+fn long_history() -> Vec<Value> {
+    (0..12)
+        .flat_map(|turn| {
+            [
+                user_item(&format!("turn {turn}: {}", filler(1_500, turn))),
+                crate::helpers::responses::assistant_item(&filler(300, turn + 100)),
+            ]
+        })
+        .chain([user_item("and now?")])
+        .collect()
+}
+
 async fn an_overflow_condenser_cannot_compact_arrives_as_the_upstream_sent_it(
     backend: TestBackend,
 ) {
