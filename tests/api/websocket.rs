@@ -7,6 +7,7 @@
 use crate::helpers::agent::filler;
 use crate::helpers::app::{spawn_app_with, Options, TestApp, OPENAI_KEY};
 use crate::helpers::db::{both_backends, TestBackend};
+use crate::helpers::raw_upstream::{Behaviour, RawUpstream};
 use crate::helpers::responses::user_item;
 use crate::helpers::wait::{wait_until, PATIENCE};
 use futures_util::{SinkExt, StreamExt};
@@ -28,6 +29,7 @@ both_backends!(
     codex_cli_answers_every_turn_over_the_socket_through_compactions,
     with_the_mode_off_or_past_a_tenants_sockets_the_upgrade_is_a_426,
     a_socket_waiting_on_a_summary_gets_pings_then_its_answer,
+    a_request_sent_as_soon_as_the_last_answer_completed_is_answered,
 );
 
 fn small_window(backend: TestBackend) -> Options {
@@ -287,6 +289,35 @@ async fn an_oversized_frame_closes_its_socket_and_the_tenant_goes_on(backend: Te
         last(&answer(&mut again).await)["type"],
         "response.completed"
     );
+}
+
+/// A response is over at its `response.completed`: a client that sends
+/// its next request at once is answered, never refused as early, even
+/// when the upstream keeps its stream open after the last event.
+async fn a_request_sent_as_soon_as_the_last_answer_completed_is_answered(backend: TestBackend) {
+    let completed = json!({"type": "response.completed", "response": {"id": "resp_1", "object": "response",
+        "status": "completed", "model": MODEL, "output": [{"type": "message", "id": "msg_1", "role": "assistant",
+        "status": "completed", "content": [{"type": "output_text", "text": "done", "annotations": []}]}]}});
+    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+    let stream = format!("{head}event: response.completed\ndata: {completed}\n\n");
+    let upstream = RawUpstream::start(Behaviour::StallAfter(stream.into_bytes())).await;
+    let settings = json!({"openai_base_url": format!("{}/v1", upstream.base_url())});
+    let app = spawn_app_with(Options::on(backend).settings(settings)).await;
+    let mut socket = connect(&app).await;
+    for step in 1..=3 {
+        let previous = (step > 1).then_some("resp_1");
+        send(
+            &mut socket,
+            &continuation(vec![user_item(&format!("step {step}"))], previous),
+        )
+        .await;
+        let answered = last(&answer(&mut socket).await);
+        assert_eq!(
+            answered["type"], "response.completed",
+            "step {step}: {answered}"
+        );
+    }
+    assert_eq!(upstream.heads().len(), 3);
 }
 
 async fn requests_sent_before_their_answers_are_refused_then_the_socket_is_closed(

@@ -24,6 +24,7 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::{Map, Value};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -41,7 +42,13 @@ const OUTGOING: usize = 64;
 /// How long the last frames (a close among them) may take to leave.
 const CLOSING: Duration = Duration::from_secs(2);
 
-type Answering = Pin<Box<dyn Future<Output = Option<Answered>> + Send>>;
+/// The request being answered.
+struct Answering {
+    answer: Pin<Box<dyn Future<Output = Option<Answered>> + Send>>,
+    /// Set once the frame that ends the response is sent: the client may
+    /// send its next request from then on, while the stream's end drains.
+    ended: Arc<AtomicBool>,
+}
 
 pub struct Connection {
     state: AppState,
@@ -104,7 +111,7 @@ impl Connection {
         let mut quiet_until = Instant::now() + idle;
         loop {
             tokio::select! {
-                answered = async { answering.as_mut()?.await }, if answering.is_some() => {
+                answered = async { answering.as_mut()?.answer.as_mut().await }, if answering.is_some() => {
                     answering = None;
                     refused = 0;
                     quiet_until = Instant::now() + idle;
@@ -149,6 +156,9 @@ impl Connection {
             Some(Err(error)) => return self.read_failed(&error, out).await,
         };
         let frame = frames::read(text.as_str());
+        if self.settle(answering).await {
+            *refused = 0;
+        }
         if answering.is_some() && !matches!(frame, ClientFrame::Processed) {
             *refused += 1;
             if *refused > MAX_REFUSED {
@@ -169,6 +179,23 @@ impl Connection {
             }
             ClientFrame::Malformed(reason) => self.refuse(ProxyError::BadFrame(reason), out).await,
         }
+    }
+
+    /// Finishes the request in flight if its response is over (the client
+    /// read its last event and sent the next request before the stream's
+    /// end drained); whether it did.
+    async fn settle(&mut self, answering: &mut Option<Answering>) -> bool {
+        let Some(in_flight) = answering.as_mut() else {
+            return false;
+        };
+        if !in_flight.ended.load(Ordering::Acquire) {
+            return false;
+        }
+        if let Some(answered) = in_flight.answer.as_mut().await {
+            self.history.remember(answered);
+        }
+        *answering = None;
+        true
     }
 
     /// A frame too large closes the socket (the frame was not read whole,
@@ -235,9 +262,11 @@ impl Connection {
             self.head.clone(),
             out.clone(),
         );
-        *answering = Some(Box::pin(async move {
-            exchange::run(state, route, &head, request, out).await
-        }));
+        let ended = Arc::new(AtomicBool::new(false));
+        let signal = ended.clone();
+        let answer =
+            Box::pin(async move { exchange::run(state, route, &head, request, out, signal).await });
+        *answering = Some(Answering { answer, ended });
         Next::Go
     }
 

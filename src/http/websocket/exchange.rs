@@ -15,6 +15,8 @@ use axum::extract::ws::Message;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Uri};
 use serde_json::{Map, Value};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
 use tracing::Instrument;
@@ -115,6 +117,7 @@ pub async fn run(
     head: &Head,
     request: Request,
     out: mpsc::Sender<Message>,
+    ended: Arc<AtomicBool>,
 ) -> Option<Answered> {
     let parts = head.parts();
     let span = span(&parts);
@@ -124,7 +127,7 @@ pub async fn run(
         let response = crate::pipeline::handle(&state, route, parts, body).await;
         drop(lease);
         crate::telemetry::server::answered(&tracing::Span::current(), response.status());
-        let relayed = relay::relay(response, &out).await;
+        let relayed = relay::relay(response, &out, &ended).await;
         count(relayed.as_ref().map(|r| r.status), started);
         let (id, output) = relayed?.completed?;
         let mut items = input?;

@@ -15,7 +15,17 @@ use bytes::{Buf, Bytes, BytesMut};
 use futures_util::StreamExt;
 use http_body_util::BodyExt;
 use serde_json::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc;
+
+/// The events after which a response is over: the client may send its
+/// next request then, while the rest of the stream (its end) drains.
+const ENDS: &[&str] = &[
+    "response.completed",
+    "response.failed",
+    "response.incomplete",
+    "error",
+];
 
 /// What the client was sent, read off the events.
 #[derive(Default)]
@@ -26,9 +36,23 @@ pub struct Relayed {
     output: Vec<Value>,
 }
 
-/// Sends `response` to the client as frames; `None` when the client is
-/// gone.
-pub async fn relay(response: Response, out: &mpsc::Sender<Message>) -> Option<Relayed> {
+/// Sends `response` to the client as frames, setting `ended` once the
+/// frame that ends it is sent; `None` when the client is gone.
+pub async fn relay(
+    response: Response,
+    out: &mpsc::Sender<Message>,
+    ended: &AtomicBool,
+) -> Option<Relayed> {
+    let relayed = relay_answer(response, out, ended).await;
+    ended.store(true, Ordering::Release);
+    relayed
+}
+
+async fn relay_answer(
+    response: Response,
+    out: &mpsc::Sender<Message>,
+    ended: &AtomicBool,
+) -> Option<Relayed> {
     let status = response.status().as_u16();
     let mut relayed = Relayed {
         status,
@@ -48,7 +72,7 @@ pub async fn relay(response: Response, out: &mpsc::Sender<Message>) -> Option<Re
         relay_whole(&body, &mut relayed, out).await?;
         return Some(relayed);
     }
-    relay_events(response, &mut relayed, out).await?;
+    relay_events(response, &mut relayed, out, ended).await?;
     Some(relayed)
 }
 
@@ -69,6 +93,7 @@ async fn relay_events(
     response: Response,
     relayed: &mut Relayed,
     out: &mpsc::Sender<Message>,
+    ended: &AtomicBool,
 ) -> Option<()> {
     let mut body = response.into_body().into_data_stream();
     let mut buffer = BytesMut::new();
@@ -78,24 +103,34 @@ async fn relay_events(
         let Ok(chunk) = chunk else { return Some(()) };
         buffer.extend_from_slice(&chunk);
         while let Some(event) = next_event(&mut buffer) {
-            relay_event(&event, relayed, out).await?;
+            let kind = relay_event(&event, relayed, out).await?;
+            if kind.is_some_and(|kind| ENDS.contains(&kind.as_str())) {
+                ended.store(true, Ordering::Release);
+                // The response is over; what is left of the stream (its
+                // end, or an upstream slow to close) is read aside, so the
+                // socket's next request never waits on it.
+                tokio::spawn(body.for_each(|_| std::future::ready(())));
+                return Some(());
+            }
         }
     }
     Some(())
 }
 
+/// Sends one event; its type, if it has one.
 async fn relay_event(
     event: &[u8],
     relayed: &mut Relayed,
     out: &mpsc::Sender<Message>,
-) -> Option<()> {
+) -> Option<Option<String>> {
     let Some(data) = event_data(event) else {
-        return send(out, Message::Ping(Bytes::new())).await;
+        send(out, Message::Ping(Bytes::new())).await?;
+        return Some(None);
     };
-    if let Ok(value) = serde_json::from_str::<Value>(&data) {
-        relayed.observe(&value);
-    }
-    send(out, Message::text(data)).await
+    let value = serde_json::from_str::<Value>(&data).unwrap_or_default();
+    relayed.observe(&value);
+    send(out, Message::text(data)).await?;
+    Some(value["type"].as_str().map(String::from))
 }
 
 impl Relayed {
