@@ -642,3 +642,37 @@ async fn request_tap(target: &str) -> (String, std::sync::Arc<std::sync::Mutex<S
     });
     (address, sent)
 }
+
+/// SIGTERM waits for a request in flight on a socket, as for an HTTP
+/// stream: its answer completes, then the process exits.
+#[tokio::test]
+async fn sigterm_lets_a_request_in_flight_on_a_socket_finish() {
+    let fake = fake_upstream::FakeUpstream::start(fake_upstream::FakeConfig {
+        chunk_delay: Duration::from_millis(300),
+        ..fake_upstream::FakeConfig::default()
+    })
+    .await;
+    let base = fake.openai_base_url();
+    let mut proxy =
+        crate::helpers::process::ProxyProcess::start(&[("CONDENSER_OPENAI_BASE_URL", &base)]);
+    let url = proxy.url("/v1/responses").replacen("http://", "ws://", 1);
+    let mut handshake = url.into_client_request().expect("a request");
+    let bearer = format!("Bearer {OPENAI_KEY}").parse().expect("value");
+    handshake.headers_mut().insert("authorization", bearer);
+    let (mut socket, _) = tokio_tungstenite::connect_async(handshake)
+        .await
+        .expect("upgraded");
+    send(&mut socket, &continuation(vec![user_item("hello")], None)).await;
+    let first: Value =
+        serde_json::from_str(&next_text(&mut socket).await.expect("a frame")).expect("json");
+    assert_eq!(first["type"], "response.created");
+    proxy.signal("TERM");
+    assert_eq!(
+        last(&answer(&mut socket).await)["type"],
+        "response.completed"
+    );
+    let status = proxy
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits after its answer");
+    assert!(status.success());
+}

@@ -22,8 +22,6 @@ use crate::upstream::routes::Route;
 use axum::extract::ws::{close_code, CloseFrame, Message, WebSocket};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Map, Value};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,12 +40,27 @@ const OUTGOING: usize = 64;
 /// How long the last frames (a close among them) may take to leave.
 const CLOSING: Duration = Duration::from_secs(2);
 
-/// The request being answered.
+/// The request being answered, in a task of the server's background
+/// tracker: shutdown waits for it as for an HTTP request in flight.
 struct Answering {
-    answer: Pin<Box<dyn Future<Output = Option<Answered>> + Send>>,
+    answer: tokio::task::JoinHandle<Option<Answered>>,
     /// Set once the frame that ends the response is sent: the client may
     /// send its next request from then on, while the stream's end drains.
     ended: Arc<AtomicBool>,
+}
+
+impl Answering {
+    async fn finish(&mut self) -> Option<Answered> {
+        (&mut self.answer).await.ok().flatten()
+    }
+}
+
+impl Drop for Answering {
+    /// The client left: the request ends as an HTTP request whose client
+    /// hung up (a compaction under way goes on, `pipeline::work`).
+    fn drop(&mut self) {
+        self.answer.abort();
+    }
 }
 
 pub struct Connection {
@@ -111,7 +124,7 @@ impl Connection {
         let mut quiet_until = Instant::now() + idle;
         loop {
             tokio::select! {
-                answered = async { answering.as_mut()?.answer.as_mut().await }, if answering.is_some() => {
+                answered = async { answering.as_mut()?.finish().await }, if answering.is_some() => {
                     answering = None;
                     refused = 0;
                     quiet_until = Instant::now() + idle;
@@ -191,7 +204,7 @@ impl Connection {
         if !in_flight.ended.load(Ordering::Acquire) {
             return false;
         }
-        if let Some(answered) = in_flight.answer.as_mut().await {
+        if let Some(answered) = in_flight.finish().await {
             self.history.remember(answered);
         }
         *answering = None;
@@ -264,8 +277,9 @@ impl Connection {
         );
         let ended = Arc::new(AtomicBool::new(false));
         let signal = ended.clone();
-        let answer =
-            Box::pin(async move { exchange::run(state, route, &head, request, out, signal).await });
+        let background = self.state.background.clone();
+        let answer = background
+            .spawn(async move { exchange::run(state, route, &head, request, out, signal).await });
         *answering = Some(Answering { answer, ended });
         Next::Go
     }
