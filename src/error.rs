@@ -34,6 +34,17 @@ pub enum ProxyError {
     /// makes clients that offer both (Codex) fall back to HTTPS at once.
     #[error("WebSocket mode is not served here: send the request over HTTPS")]
     UpgradeRequired,
+    /// One credential holds as many WebSockets as it may: answered like
+    /// [`Self::UpgradeRequired`], so the client carries on over HTTPS.
+    #[error("too many WebSockets open with this credential (server.websocket_connections_per_tenant): send the request over HTTPS")]
+    WebsocketLimit,
+    /// A WebSocket frame that is not a request of the mode.
+    #[error("invalid WebSocket frame: {0}")]
+    BadFrame(String),
+    /// A `response.create` while the socket's previous one is answered:
+    /// the mode serves one response at a time per connection.
+    #[error("a response is already in progress on this WebSocket: send the next response.create after its response.completed")]
+    ResponseInProgress,
     /// A compaction item that claims to be Condenser's but does not open
     /// (altered, or made with another key or credential).
     #[error("invalid compaction item: {0}")]
@@ -58,7 +69,9 @@ impl ProxyError {
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::BodyTimeout | Self::BodyDeadline { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            Self::UpgradeRequired => StatusCode::UPGRADE_REQUIRED,
+            Self::UpgradeRequired | Self::WebsocketLimit => StatusCode::UPGRADE_REQUIRED,
+            Self::BadFrame(_) => StatusCode::BAD_REQUEST,
+            Self::ResponseInProgress => StatusCode::CONFLICT,
             Self::ForgedItem(_) => StatusCode::BAD_REQUEST,
             Self::CompactionFailed(_) => StatusCode::BAD_GATEWAY,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -78,6 +91,9 @@ impl ProxyError {
             Self::MethodNotAllowed(_) => "method_not_allowed",
             Self::BadTarget(_) => "bad_request_target",
             Self::UpgradeRequired => "websocket_not_served",
+            Self::WebsocketLimit => "websocket_connection_limit",
+            Self::BadFrame(_) => "invalid_frame",
+            Self::ResponseInProgress => "response_in_progress",
             Self::ForgedItem(_) => "invalid_compaction_item",
             Self::CompactionFailed(_) => "compaction_failed",
             Self::Internal => "internal",
@@ -103,6 +119,9 @@ impl ProxyError {
             | Self::MethodNotAllowed(_)
             | Self::BadTarget(_)
             | Self::UpgradeRequired
+            | Self::WebsocketLimit
+            | Self::BadFrame(_)
+            | Self::ResponseInProgress
             | Self::ForgedItem(_) => ErrorClass::InvalidRequest,
             Self::BodyTimeout | Self::BodyDeadline { .. } => ErrorClass::ClientTimeout,
             Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => ErrorClass::UpstreamTimeout,

@@ -123,6 +123,20 @@ fn describe() {
         "Storage operation latency, by operation."
     );
     describe_counter!(
+        "condenser_websocket_requests_total",
+        "Requests answered over the Responses API's WebSocket mode, by status (closed: the client left first)."
+    );
+    describe_histogram!(
+        "condenser_websocket_request_duration_seconds",
+        Unit::Seconds,
+        "Time from a WebSocket request's frame to the end of its answer."
+    );
+    describe_counter!(
+        "condenser_websocket_frames_refused_total",
+        "WebSocket frames answered with an error frame, by reason (flood: the socket was closed)."
+    );
+    metrics::describe_gauge!("condenser_websocket_connections", "WebSockets open.");
+    describe_counter!(
         "condenser_trace_spans_exported_total",
         "Spans the OTLP collector accepted (traces on)."
     );

@@ -36,6 +36,21 @@ pub struct ServerSettings {
     /// from the memory available (see [`ServerSettings::inflight_body_budget`]).
     #[serde(default)]
     pub max_inflight_body_bytes: Option<usize>,
+    /// Whether the Responses API's WebSocket mode is served; off, an
+    /// upgrade is answered 426 so clients fall back to HTTPS at once.
+    #[serde(default = "responses_websocket")]
+    pub responses_websocket: bool,
+    /// The largest frame a WebSocket client may send; unset,
+    /// `max_body_bytes`, as an HTTP body.
+    #[serde(default)]
+    pub websocket_max_frame_bytes: Option<usize>,
+    /// A WebSocket with no frame in flight and none arriving this long is
+    /// closed.
+    #[serde(default = "websocket_idle_timeout", with = "humantime_serde")]
+    pub websocket_idle_timeout: Duration,
+    /// WebSockets one credential may hold open at once.
+    #[serde(default = "websocket_connections_per_tenant")]
+    pub websocket_connections_per_tenant: usize,
 }
 
 /// hyper's own default, which only takes effect with a timer set.
@@ -64,6 +79,20 @@ fn body_total_timeout() -> Duration {
 fn max_connections() -> usize {
     4096
 }
+/// Codex CLI, the client of this mode, uses it by default.
+fn responses_websocket() -> bool {
+    true
+}
+/// Long enough for a tool (a build, a test run) between two turns of an
+/// agent; OpenAI closes its own sockets after 60 minutes.
+fn websocket_idle_timeout() -> Duration {
+    Duration::from_secs(15 * 60)
+}
+/// An agent holds one socket per session; a tenant running many sessions
+/// side by side still fits, one client looping on connects does not.
+fn websocket_connections_per_tenant() -> usize {
+    64
+}
 
 /// Peak resident bytes per byte of chat body in flight, by measurement
 /// (`bench/body_budget.py --measure`, bench/README.md "Current figures"),
@@ -89,12 +118,28 @@ impl Default for ServerSettings {
             body_total_timeout: body_total_timeout(),
             max_connections: max_connections(),
             max_inflight_body_bytes: None,
+            responses_websocket: responses_websocket(),
+            websocket_max_frame_bytes: None,
+            websocket_idle_timeout: websocket_idle_timeout(),
+            websocket_connections_per_tenant: websocket_connections_per_tenant(),
         }
     }
 }
 
 impl ServerSettings {
     pub(super) fn validate(&self, max_body_bytes: usize) -> Result<(), ConfigError> {
+        if self.websocket_connections_per_tenant == 0 {
+            return Err(ConfigError::invalid(
+                "server.websocket_connections_per_tenant",
+                "must be at least 1 (set server.responses_websocket = false to serve none)",
+            ));
+        }
+        if self.websocket_max_frame_bytes == Some(0) {
+            return Err(ConfigError::invalid(
+                "server.websocket_max_frame_bytes",
+                "must be at least 1",
+            ));
+        }
         if self.max_connections == 0 {
             return Err(ConfigError::invalid(
                 "server.max_connections",
@@ -110,6 +155,7 @@ impl ServerSettings {
             ("server.idle_timeout", self.idle_timeout),
             ("server.body_read_timeout", self.body_read_timeout),
             ("server.body_total_timeout", self.body_total_timeout),
+            ("server.websocket_idle_timeout", self.websocket_idle_timeout),
         ] {
             if value.is_zero() {
                 return Err(ConfigError::invalid(key, "must be longer than 0s"));
@@ -131,6 +177,11 @@ impl ServerSettings {
             ));
         }
         Ok(())
+    }
+
+    /// The largest frame a WebSocket client may send.
+    pub fn websocket_max_frame(&self, max_body_bytes: usize) -> usize {
+        self.websocket_max_frame_bytes.unwrap_or(max_body_bytes)
     }
 
     /// The configured budget, else a quarter of the memory available

@@ -7,8 +7,8 @@ mod guard;
 pub mod ops;
 pub mod passthrough;
 pub mod serve;
+mod websocket;
 
-use crate::error::ProxyError;
 use crate::state::AppState;
 use crate::upstream::routes::Endpoint;
 use axum::extract::{Request, State};
@@ -23,11 +23,13 @@ pub fn router(state: AppState) -> Router {
         .with_state(crate::metrics::handle());
     let guard = axum::middleware::from_fn_with_state(state.clone(), guard::refuse_unforwardable);
     let budget = body_budget(&state);
+    let sockets = websocket::Sockets::new(state.settings.server.websocket_connections_per_tenant);
     Router::new()
         .merge(ops::router())
         .merge(crate::web::router(state.clone()))
         .fallback(proxy)
         .layer(Extension(budget))
+        .layer(Extension(sockets))
         .with_state(state)
         .merge(metrics)
         .layer(guard)
@@ -55,16 +57,17 @@ fn body_budget(state: &AppState) -> Arc<BodyBudget> {
 async fn proxy(
     State(state): State<AppState>,
     Extension(budget): Extension<Arc<BodyBudget>>,
+    Extension(sockets): Extension<Arc<websocket::Sockets>>,
     request: Request,
 ) -> Response {
+    if websocket::wanted(request.headers()) {
+        return websocket::upgrade(&state, &sockets, &budget, request).await;
+    }
     let uri = request.uri();
     let route = state
         .routes
         .resolve(request.method(), uri.path(), uri.query(), request.headers());
     tracing::debug!(upstream = %route.upstream.name, endpoint = ?route.endpoint, "routed");
-    if wants_websocket(request.headers()) {
-        return ProxyError::UpgradeRequired.into_response_for(route.upstream.protocol);
-    }
     let total = state.settings.server.body_total_timeout;
     let bounds = body::Bounds {
         max_bytes: state.settings.max_body_bytes,
@@ -83,14 +86,4 @@ async fn proxy(
         }
         Endpoint::Passthrough => passthrough::forward(&state, route, request, bounds).await,
     }
-}
-
-/// A WebSocket handshake (RFC 6455 4.1). Relayed as plain HTTP it would
-/// lose its hop-by-hop `Upgrade` and fail upstream after the client's
-/// retries; refused at once, a client falls back to HTTPS.
-fn wants_websocket(headers: &http::HeaderMap) -> bool {
-    headers
-        .get(http::header::UPGRADE)
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| value.eq_ignore_ascii_case("websocket"))
 }

@@ -58,7 +58,7 @@ async fn run_turn(home: &Path, workdir: &Path, number: usize) -> Vec<Value> {
 }
 
 /// A turn whose prompt pastes `log_bytes` of log.
-async fn run_turn_pasting(
+pub(crate) async fn run_turn_pasting(
     home: &Path,
     workdir: &Path,
     number: usize,
@@ -391,7 +391,7 @@ plugins = false
         .filter(|r| String::from_utf8_lossy(&r.body).contains(SUMMARY_MARKER))
         .count();
     assert!(expanded >= 1, "no compaction item came back expanded");
-    // Condenser answers the WebSocket upgrade 426: Codex falls back at once.
+    // Condenser serves Codex's WebSocket itself: no upgrade reaches the upstream.
     let websocket_attempts = requests.iter().filter(|r| r.method == "GET").count();
     assert_eq!(
         websocket_attempts, 0,

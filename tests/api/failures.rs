@@ -136,14 +136,16 @@ async fn upstream_errors_pass_through_unchanged() {
     assert_eq!(body["error"]["code"], "invalid_api_key");
 }
 
-/// Codex opens `/v1/responses` as a WebSocket first and falls back to
-/// HTTPS at once on a 426 (and only after its retries on anything else).
+/// Condenser serves WebSockets on the Responses endpoint only
+/// (`websocket.rs`); elsewhere a handshake is refused with a 426, on which
+/// clients that offer both fall back to HTTPS at once.
 #[tokio::test]
-async fn a_websocket_upgrade_is_a_426_in_the_protocol_shape_and_reaches_no_upstream() {
+async fn a_websocket_upgrade_where_none_is_served_is_a_426_in_the_protocol_shape_and_reaches_no_upstream(
+) {
     let app = spawn_app().await;
     let response = app
         .client
-        .get(app.url("/v1/responses"))
+        .get(app.url("/v1/realtime"))
         .bearer_auth(OPENAI_KEY)
         .header("connection", "Upgrade")
         .header("upgrade", "websocket")

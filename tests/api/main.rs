@@ -37,3 +37,4 @@ mod streaming;
 mod summary_calls;
 mod traces;
 mod trust;
+mod websocket;

@@ -739,3 +739,54 @@ async fn the_sampler_variable_is_honoured() {
     assert!(exited.success(), "{}", proxy.log_text());
     assert!(receiver.spans().is_empty(), "{:#?}", receiver.spans());
 }
+
+/// A request over the Responses API's WebSocket mode is traced as one
+/// request: a server span in the trace the handshake's `traceparent`
+/// names, marked `transport = websocket`, with its upstream call below it.
+#[tokio::test]
+async fn a_websocket_request_exports_a_server_span_with_its_transport() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
+    let fake = small_window_upstream().await;
+    let receiver = OtlpReceiver::start().await;
+    let proxy = traced(&fake, &receiver.endpoint(), &[]);
+    let trace = trace_id(0x20);
+    let url = proxy.url("/v1/responses").replacen("http://", "ws://", 1);
+    let mut handshake = url.into_client_request().expect("a request");
+    let headers = handshake.headers_mut();
+    headers.insert(
+        "authorization",
+        format!("Bearer {OPENAI_KEY}").parse().expect("value"),
+    );
+    let parent = format!("00-{trace}-{CLIENT_PARENT}-01");
+    headers.insert("traceparent", parent.parse().expect("value"));
+    let (mut socket, _) = tokio_tungstenite::connect_async(handshake)
+        .await
+        .expect("upgraded");
+    let frame = json!({"type": "response.create", "model": "gpt-4o-mini", "stream": true,
+        "input": [{"role": "user", "content": "hello"}]});
+    socket
+        .send(Message::text(frame.to_string()))
+        .await
+        .expect("sent");
+    while let Some(Ok(message)) = socket.next().await {
+        if message
+            .to_text()
+            .is_ok_and(|t| t.contains("response.completed"))
+        {
+            break;
+        }
+    }
+    let over_socket = |s: &Span| s.kind == SERVER && s.attr("transport") == Some("websocket");
+    let spans = receiver
+        .trace(&trace, |spans| spans.iter().any(over_socket))
+        .await;
+    // The handshake is a request of its own (GET, 101) in the same trace.
+    let server = one(&spans, "request over the socket", over_socket);
+    assert_eq!(server.attr("http.route"), Some("/v1/responses"));
+    assert_eq!(server.parent_span_id, CLIENT_PARENT);
+    let call = one(&spans, "upstream call", |s| s.kind == CLIENT);
+    assert_eq!(call.parent_span_id, server.span_id);
+    assert_nothing_leaks(&spans);
+}
