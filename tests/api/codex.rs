@@ -253,40 +253,16 @@ async fn codex_cli_compacting_itself_keeps_its_compaction_prompt() {
 /// A TCP relay to `target` that counts the keep-alive comments flowing
 /// back to the client.
 async fn keepalive_tap(target: SocketAddr, seen: Arc<AtomicUsize>) -> SocketAddr {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("binds");
-    let addr = listener.local_addr().expect("address");
-    tokio::spawn(async move {
-        while let Ok((inbound, _)) = listener.accept().await {
-            let seen = seen.clone();
-            tokio::spawn(async move {
-                let Ok(outbound) = tokio::net::TcpStream::connect(target).await else {
-                    return;
-                };
-                let (mut client_read, mut client_write) = inbound.into_split();
-                let (mut proxy_read, mut proxy_write) = outbound.into_split();
-                tokio::spawn(
-                    async move { tokio::io::copy(&mut client_read, &mut proxy_write).await },
-                );
-                let mut buffer = vec![0u8; 64 * 1024];
-                while let Ok(read) = proxy_read.read(&mut buffer).await {
-                    let chunk = &buffer[..read];
-                    if read == 0 || client_write.write_all(chunk).await.is_err() {
-                        break;
-                    }
-                    let comment = condenser::pipeline::KEEPALIVE_COMMENT;
-                    let count = chunk
-                        .windows(comment.len())
-                        .filter(|w| *w == comment)
-                        .count();
-                    seen.fetch_add(count, Ordering::Relaxed);
-                }
-            });
-        }
-    });
-    addr
+    use crate::helpers::tap::{tap, Watched};
+    tap(target, Watched::ToClient, move |chunk| {
+        let comment = condenser::pipeline::KEEPALIVE_COMMENT;
+        let count = chunk
+            .windows(comment.len())
+            .filter(|w| *w == comment)
+            .count();
+        seen.fetch_add(count, Ordering::Relaxed);
+    })
+    .await
 }
 
 /// Codex as OpenAI's own client (`model_provider = "openai"`, the base URL

@@ -609,38 +609,16 @@ fn metric(metrics: &str, series: &str) -> u64 {
 /// A TCP relay to `target` that keeps what clients send in plain text:
 /// HTTP request heads, since a client's WebSocket frames are masked.
 async fn request_tap(target: &str) -> (String, std::sync::Arc<std::sync::Mutex<String>>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use crate::helpers::tap::{tap, Watched};
     let target: std::net::SocketAddr = target.parse().expect("address");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("binds");
-    let address = format!("http://{}", listener.local_addr().expect("address"));
     let sent = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
     let seen = sent.clone();
-    tokio::spawn(async move {
-        while let Ok((inbound, _)) = listener.accept().await {
-            let seen = seen.clone();
-            tokio::spawn(async move {
-                let Ok(outbound) = tokio::net::TcpStream::connect(target).await else {
-                    return;
-                };
-                let (mut client_read, mut client_write) = inbound.into_split();
-                let (mut proxy_read, mut proxy_write) = outbound.into_split();
-                tokio::spawn(
-                    async move { tokio::io::copy(&mut proxy_read, &mut client_write).await },
-                );
-                let mut buffer = vec![0u8; 64 * 1024];
-                while let Ok(read) = client_read.read(&mut buffer).await {
-                    if read == 0 || proxy_write.write_all(&buffer[..read]).await.is_err() {
-                        break;
-                    }
-                    let text = String::from_utf8_lossy(&buffer[..read]);
-                    seen.lock().expect("sent").push_str(&text);
-                }
-            });
-        }
-    });
-    (address, sent)
+    let address = tap(target, Watched::FromClient, move |chunk| {
+        let text = String::from_utf8_lossy(chunk);
+        seen.lock().expect("sent").push_str(&text);
+    })
+    .await;
+    (format!("http://{address}"), sent)
 }
 
 /// SIGTERM waits for a request in flight on a socket, as for an HTTP

@@ -15,5 +15,6 @@ pub mod raw_client;
 pub mod raw_upstream;
 pub mod recorder;
 pub mod responses;
+pub mod tap;
 pub mod tcp_relay;
 pub mod wait;
