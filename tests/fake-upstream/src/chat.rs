@@ -56,12 +56,26 @@ pub async fn handle(
     let body = axum::body::to_bytes(body, 512 * 1024 * 1024)
         .await
         .unwrap_or_default();
-    let mut record = crate::extras::record_of(&parts, body.clone());
-    record.protocol = Some(protocol);
-    let response = respond(&state, protocol, &flavor, &parts.headers, &mut record).await;
-    record.status = response.status().as_u16();
+    let (response, record) = answer(&state, protocol, &flavor, &parts, body).await;
     state.record(record);
     response
+}
+
+/// The answer to one request and its record, not yet logged: the
+/// WebSocket transport (`responses_socket.rs`) answers each frame here,
+/// with the handshake's headers, and logs the record itself.
+pub async fn answer(
+    state: &State,
+    protocol: Protocol,
+    flavor: &Flavor,
+    parts: &http::request::Parts,
+    body: bytes::Bytes,
+) -> (Response, RecordedRequest) {
+    let mut record = crate::extras::record_of(parts, body);
+    record.protocol = Some(protocol);
+    let response = respond(state, protocol, flavor, &parts.headers, &mut record).await;
+    record.status = response.status().as_u16();
+    (response, record)
 }
 
 async fn respond(

@@ -2,7 +2,7 @@
 //! `/v1/echo` returns its body, `/v1/slow-stream` trickles SSE events, and
 //! `/_fake/stats` counts the request log.
 
-use crate::state::{Protocol, RecordedRequest, RequestKind, State};
+use crate::state::{Protocol, RecordedRequest, RequestKind, State, Transport};
 use axum::body::Body;
 use axum::extract::{Request, State as AxumState};
 use axum::response::{IntoResponse, Response};
@@ -40,6 +40,8 @@ pub fn record_of(parts: &Parts, body: Bytes) -> RecordedRequest {
         status: 0,
         input_tokens: None,
         truncated: false,
+        transport: Transport::Http,
+        continued: false,
     }
 }
 

@@ -31,6 +31,16 @@ impl Protocol {
     }
 }
 
+/// How a request reached the fake.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Transport {
+    #[default]
+    Http,
+    /// A `response.create` frame on a Responses WebSocket
+    /// (`responses_socket.rs`).
+    Websocket,
+}
+
 #[derive(Debug, Clone)]
 pub struct RecordedRequest {
     pub method: String,
@@ -49,6 +59,10 @@ pub struct RecordedRequest {
     /// The fake cut the prompt to fit its window and answered 200 (a
     /// silently truncating server, as Ollama is).
     pub truncated: bool,
+    pub transport: Transport,
+    /// A WebSocket frame that continued the connection's last response
+    /// with `previous_response_id`; `body` holds the full input.
+    pub continued: bool,
 }
 
 impl RecordedRequest {
