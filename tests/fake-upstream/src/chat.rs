@@ -162,7 +162,9 @@ async fn respond(
     if let Some(message) = overflow(protocol, &request, tokens, window).filter(|_| !silent) {
         if protocol == Protocol::Responses && request["stream"] == true {
             let events = crate::responses_sse::overflow(&request, &reply);
-            return sse::respond(events, config.chunk_delay);
+            let mut response = sse::respond(events, config.chunk_delay);
+            response.extensions_mut().insert(StreamedOverflow);
+            return response;
         }
         if *flavor == Flavor::GeminiCompat {
             return crate::clouds::gemini_overflow(tokens, window);
@@ -212,7 +214,12 @@ fn refused_parameters(protocol: Protocol, request: &Value) -> Option<Response> {
     }
 }
 
-fn classify(marker: Option<&str>, protocol: Protocol, request: &Value) -> RequestKind {
+/// Marks a Responses stream that reports an overflow in-band, so the
+/// WebSocket transport can report it as its error frame instead.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamedOverflow;
+
+pub fn classify(marker: Option<&str>, protocol: Protocol, request: &Value) -> RequestKind {
     let Some(marker) = marker else {
         return RequestKind::Chat;
     };

@@ -37,6 +37,10 @@ pub struct FakeConfig {
     /// Keep every request for assertions. Off for benchmarks, which send
     /// thousands of large bodies.
     pub record_requests: bool,
+    /// Serve the Responses API's WebSocket mode on `GET /v1/responses`
+    /// (`responses_socket.rs`), as OpenAI does. Off, the GET is a 405, as
+    /// from a server without it.
+    pub responses_websocket: bool,
 }
 
 impl Default for FakeConfig {
@@ -57,6 +61,7 @@ impl Default for FakeConfig {
             ollama_context_window: 4096,
             silent_truncation: false,
             record_requests: true,
+            responses_websocket: false,
         }
     }
 }

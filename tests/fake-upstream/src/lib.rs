@@ -19,6 +19,7 @@ mod ollama;
 mod replies;
 mod responses;
 mod responses_modes;
+mod responses_socket;
 mod responses_sse;
 mod sse;
 mod state;
@@ -30,7 +31,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use config::{FakeConfig, MessagesMode, ResponsesMode};
-pub use state::{Protocol, RecordedRequest, RequestKind, Scripted};
+pub use state::{Protocol, RecordedRequest, RequestKind, Scripted, Transport};
 
 pub struct FakeUpstream {
     addr: SocketAddr,
@@ -111,6 +112,11 @@ impl FakeUpstream {
         self.state.scripts_pending()
     }
 
+    /// Responses WebSocket handshakes accepted (`responses_websocket`).
+    pub fn websocket_connections(&self) -> usize {
+        self.state.websocket_connections()
+    }
+
     pub fn clear_requests(&self) {
         self.state.clear();
     }
@@ -125,10 +131,15 @@ impl FakeUpstream {
 }
 
 fn router(state: Arc<state::State>) -> Router {
+    // Without the WebSocket mode the GET stays unrouted: axum's own 405.
+    let responses = match state.config().responses_websocket {
+        true => post(chat::responses).get(responses_socket::upgrade),
+        false => post(chat::responses),
+    };
     Router::new()
         .route("/v1/chat/completions", post(chat::openai))
         .route("/v1/messages", post(chat::anthropic))
-        .route("/v1/responses", post(chat::responses))
+        .route("/v1/responses", responses)
         .route("/v1/responses/compact", post(chat::compact))
         .route(
             "/openai/deployments/{deployment}/chat/completions",

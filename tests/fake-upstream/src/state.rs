@@ -1,6 +1,7 @@
 use crate::config::FakeConfig;
 use bytes::Bytes;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -110,6 +111,8 @@ pub struct State {
     scripts: Mutex<VecDeque<Scripted>>,
     /// Summary calls being answered now, and the most there ever were.
     summaries_in_flight: Mutex<(usize, usize)>,
+    /// Responses WebSocket handshakes accepted.
+    websocket_connections: AtomicUsize,
 }
 
 impl State {
@@ -119,6 +122,7 @@ impl State {
             log: Mutex::default(),
             scripts: Mutex::default(),
             summaries_in_flight: Mutex::default(),
+            websocket_connections: AtomicUsize::new(0),
         }
     }
 
@@ -180,5 +184,13 @@ impl State {
 
     pub fn scripts_pending(&self) -> usize {
         self.scripts.lock().expect("script lock").len()
+    }
+
+    pub fn websocket_accepted(&self) {
+        self.websocket_connections.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub fn websocket_connections(&self) -> usize {
+        self.websocket_connections.load(Ordering::SeqCst)
     }
 }
