@@ -32,6 +32,10 @@ pub struct UpstreamTable {
     /// What Condenser does with the providers' own compaction APIs on
     /// this upstream.
     pub native_compaction: Option<NativeCompaction>,
+    /// Whether a client's WebSocket requests may go on over a socket of
+    /// their own where the upstream serves the mode (`upstream/socket.rs`);
+    /// tried by default, HTTP once refused.
+    pub websocket: Option<bool>,
 }
 
 /// What Condenser does with a provider's own compaction API (OpenAI's
@@ -69,6 +73,7 @@ pub struct UpstreamSettings {
     pub path_prefix: String,
     pub default_context_window: Option<u64>,
     pub native_compaction: NativeCompaction,
+    pub websocket: bool,
 }
 
 /// `upstreams` as a table of tables, or as the older array of tables.
@@ -129,6 +134,7 @@ impl Settings {
                 .or(root.legacy_key.and_then(|key| self.legacy_window(key)))
                 .or(root.default_window),
             native_compaction: native.unwrap_or_default(),
+            websocket: table.and_then(|t| t.websocket).unwrap_or(true),
         })
     }
 
@@ -193,6 +199,7 @@ fn prefixed(index: usize, table: &UpstreamTable) -> Result<UpstreamSettings, Con
         path_prefix: prefix,
         default_context_window: table.default_context_window,
         native_compaction: table.native_compaction.unwrap_or_default(),
+        websocket: table.websocket.unwrap_or(true),
     })
 }
 

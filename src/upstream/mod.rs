@@ -3,6 +3,7 @@
 pub mod headers;
 pub mod relay;
 pub mod routes;
+pub mod socket;
 
 use crate::config::Timeouts;
 use crate::error::{caused_by, ProxyError};
@@ -36,6 +37,14 @@ impl UpstreamClient {
 
     pub fn idle_timeout(&self) -> std::time::Duration {
         self.timeouts.idle
+    }
+
+    /// What a request over an upstream socket waits for, as over HTTP.
+    pub fn socket_waits(&self) -> socket::Waits {
+        socket::Waits {
+            connect: self.timeouts.connect,
+            first_frame: self.timeouts.first_byte,
+        }
     }
 
     /// Forwards a request Condenser does not handle, byte for byte, and

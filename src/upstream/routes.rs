@@ -26,6 +26,11 @@ pub struct Upstream {
     /// Set once this upstream refused a forwarded native form as unknown:
     /// `auto` serves the forms here from then on.
     pub native_refused: std::sync::atomic::AtomicBool,
+    /// Whether a client socket's requests may take a socket here.
+    pub websocket: bool,
+    /// Set once a handshake was refused: this upstream does not serve the
+    /// Responses WebSocket mode, and HTTP is used from then on.
+    pub websocket_refused: std::sync::atomic::AtomicBool,
 }
 
 impl Upstream {
@@ -38,6 +43,7 @@ impl Upstream {
             path_prefix: String::new(),
             default_context_window: None,
             native_compaction: NativeCompaction::default(),
+            websocket: true,
         })
     }
 
@@ -52,6 +58,8 @@ impl Upstream {
             default_window: settings.default_context_window,
             native_compaction: settings.native_compaction,
             native_refused: Default::default(),
+            websocket: settings.websocket,
+            websocket_refused: Default::default(),
         }))
     }
 
@@ -183,6 +191,7 @@ mod tests {
             path_prefix: Some("/groq".into()),
             default_context_window: None,
             native_compaction: None,
+            websocket: None,
         });
         RouteTable::from_settings(&settings).expect("valid base URLs")
     }

@@ -2,7 +2,9 @@
 //! drives `response.create` frames through Condenser as Codex does, and
 //! each answer's frames are the SSE events the same request gets over
 //! HTTP; what the mode refuses ends as docs/apis.md says, with nothing
-//! lost and the tenant unaffected. Condenser speaks HTTP upstream.
+//! lost and the tenant unaffected. Upstream, Condenser speaks the mode
+//! where the upstream serves it (the fake's `responses_websocket`, which
+//! keeps per-connection state as OpenAI does) and HTTP elsewhere.
 
 use crate::helpers::agent::filler;
 use crate::helpers::app::{spawn_app_with, Options, TestApp, OPENAI_KEY};
@@ -10,6 +12,7 @@ use crate::helpers::db::{both_backends, TestBackend};
 use crate::helpers::raw_upstream::{Behaviour, RawUpstream};
 use crate::helpers::responses::user_item;
 use crate::helpers::wait::{wait_until, PATIENCE};
+use fake_upstream::Transport;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -27,6 +30,8 @@ both_backends!(
     a_socket_closed_during_a_summary_still_stores_the_compaction,
     an_overflow_condenser_cannot_compact_arrives_as_the_upstream_sent_it,
     codex_cli_answers_every_turn_over_the_socket_through_compactions,
+    codex_cli_over_the_socket_toward_an_upstream_serving_the_mode,
+    a_chain_toward_an_upstream_serving_the_mode_continues_there_between_compactions,
     with_the_mode_off_or_past_a_tenants_sockets_the_upgrade_is_a_426,
     a_socket_waiting_on_a_summary_gets_pings_then_its_answer,
     a_request_sent_as_soon_as_the_last_answer_completed_is_answered,
@@ -170,11 +175,48 @@ fn next_items(output: &[Value], turn: usize) -> Vec<Value> {
 async fn a_previous_response_id_chain_is_answered_as_over_http_across_compactions(
     backend: TestBackend,
 ) {
-    let (app, twin) = (
-        spawn_app_with(small_window(backend)).await,
-        spawn_app_with(small_window(backend)).await,
+    let app = spawn_app_with(small_window(backend)).await;
+    chain_through_compactions(&app, backend).await;
+    for request in app.upstream.chat_requests() {
+        assert_eq!(request.transport, Transport::Http, "the fake has no socket");
+    }
+}
+
+/// The same chain toward an upstream that serves the mode: Condenser
+/// speaks it there too, sending only the new items after the last
+/// response that upstream socket answered, and the whole compacted
+/// history after each compaction (the upstream never saw it).
+async fn a_chain_toward_an_upstream_serving_the_mode_continues_there_between_compactions(
+    backend: TestBackend,
+) {
+    let mut options = small_window(backend);
+    options.fake.responses_websocket = true;
+    let app = spawn_app_with(options).await;
+    chain_through_compactions(&app, backend).await;
+    let sent = app.upstream.chat_requests();
+    assert!(
+        sent.iter().all(|r| r.transport == Transport::Websocket),
+        "every request went over the upstream socket"
     );
-    let mut socket = connect(&app).await;
+    assert!(sent.iter().all(|r| r.status == 200 || r.status == 400));
+    let continued = sent.iter().filter(|r| r.continued).count();
+    let whole = sent.len() - continued;
+    assert!(
+        continued * 2 > sent.len(),
+        "{continued} of {} continued the upstream's last response",
+        sent.len()
+    );
+    // The first request, each retry after a compaction, and each request
+    // after a compaction applied went whole.
+    assert!(whole >= 3, "{whole} went whole");
+    assert_eq!(app.upstream.websocket_connections(), 1);
+}
+
+/// Drives one socket's chain through at least two compactions, checking
+/// each answer against a twin Condenser's over HTTP.
+async fn chain_through_compactions(app: &TestApp, backend: TestBackend) {
+    let twin = spawn_app_with(small_window(backend)).await;
+    let mut socket = connect(app).await;
     let (mut history, mut previous): (Vec<Value>, Option<String>) = (Vec::new(), None);
     let mut new = next_items(&[], 1);
     let mut requests = 0;
@@ -317,7 +359,14 @@ async fn a_request_sent_as_soon_as_the_last_answer_completed_is_answered(backend
             "step {step}: {answered}"
         );
     }
-    assert_eq!(upstream.heads().len(), 3);
+    // Condenser's one handshake there is refused (a 200, not a 101), and
+    // remembered: each request then goes over HTTP.
+    let posts = upstream
+        .heads()
+        .iter()
+        .filter(|h| h.starts_with("POST"))
+        .count();
+    assert_eq!(posts, 3);
 }
 
 async fn requests_sent_before_their_answers_are_refused_then_the_socket_is_closed(
@@ -540,13 +589,49 @@ fn assert_upgrade_required(refused: Option<tokio_tungstenite::tungstenite::Error
 /// every turn is answered over it (no request over HTTP), and Condenser
 /// compacts the history Codex only sends as new items.
 async fn codex_cli_answers_every_turn_over_the_socket_through_compactions(backend: TestBackend) {
+    let app = codex_over_the_socket(backend, false).await;
+    // Codex sends only new items after its first request on a socket;
+    // the upstream gets whole histories over HTTP (the fake refuses an
+    // output without its call), never an id it did not make.
+    for request in app.upstream.chat_requests() {
+        let body = request.json.unwrap_or_default();
+        assert_eq!(request.transport, Transport::Http);
+        assert!(body["previous_response_id"].is_null(), "{body}");
+        assert!(body.get("generate").is_none(), "{body}");
+    }
+}
+
+/// The same toward an upstream that serves the mode: every request goes
+/// on over Condenser's own socket there, most as new items only.
+async fn codex_cli_over_the_socket_toward_an_upstream_serving_the_mode(backend: TestBackend) {
+    let app = codex_over_the_socket(backend, true).await;
+    let sent = app.upstream.chat_requests();
+    let over_http = sent
+        .iter()
+        .filter(|r| r.transport == Transport::Http)
+        .count();
+    assert_eq!(over_http, 0, "no request fell back to HTTP upstream");
+    assert!(
+        sent.iter().any(|r| r.continued),
+        "no request continued the upstream's last response"
+    );
+    for request in &sent {
+        let body = request.json.clone().unwrap_or_default();
+        assert!(body.get("generate").is_none(), "{body}");
+    }
+}
+
+/// Codex CLI, built-in OpenAI provider, 12 tool turns over the socket at a
+/// small window: every turn answered, none over HTTP, compactions made.
+async fn codex_over_the_socket(backend: TestBackend, upstream_serves_the_mode: bool) -> TestApp {
     const CODEX_MODEL: &str = "fake-model";
     const TURNS: usize = 12;
     let settings =
         json!({"compaction": {"summary_max_tokens": 300, "keepalive_interval": "300ms"}});
-    let options = Options::on(backend)
+    let mut options = Options::on(backend)
         .window(CODEX_MODEL, 14_000)
         .settings(settings);
+    options.fake.responses_websocket = upstream_serves_the_mode;
     let app = spawn_app_with(options).await;
     let (tap, heads) = request_tap(app.address.trim_start_matches("http://")).await;
     let home = tempfile::tempdir().expect("a CODEX_HOME");
@@ -579,14 +664,6 @@ async fn codex_cli_answers_every_turn_over_the_socket_through_compactions(backen
     let upgrades = sent.matches("GET /v1/responses HTTP/1.1").count();
     let posts = sent.matches("POST /v1/responses").count();
     assert_eq!(posts, 0, "Codex fell back to HTTP");
-    // Codex sends only new items after its first request on a socket;
-    // the upstream gets whole histories (the fake refuses an output
-    // without its call), never an id it did not make.
-    for request in app.upstream.chat_requests() {
-        let body = request.json.unwrap_or_default();
-        assert!(body["previous_response_id"].is_null(), "{body}");
-        assert!(body.get("generate").is_none(), "{body}");
-    }
     assert!(upgrades >= TURNS, "{upgrades} sockets for {TURNS} turns");
     let sent = app.upstream.chat_requests().len() as i64;
     wait_until(
@@ -596,6 +673,7 @@ async fn codex_cli_answers_every_turn_over_the_socket_through_compactions(backen
     )
     .await;
     assert!(app.db.count("select count(*) from messages").await >= 4 * TURNS as i64);
+    app
 }
 
 fn metric(metrics: &str, series: &str) -> u64 {

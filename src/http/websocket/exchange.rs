@@ -11,6 +11,7 @@ use super::relay;
 use crate::http::budget::Lease;
 use crate::state::AppState;
 use crate::upstream::routes::Route;
+use crate::upstream::socket::UpstreamSocket;
 use axum::extract::ws::Message;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Uri};
@@ -39,6 +40,8 @@ const MODE_BETA: &str = "responses_websockets=";
 pub struct Head {
     uri: Uri,
     headers: HeaderMap,
+    /// The socket's own way to the upstream, shared by its requests.
+    upstream: UpstreamSocket,
 }
 
 impl Head {
@@ -56,7 +59,11 @@ impl Head {
             http::header::ACCEPT,
             HeaderValue::from_static("text/event-stream"),
         );
-        Self { uri, headers }
+        Self {
+            uri,
+            headers,
+            upstream: UpstreamSocket::default(),
+        }
     }
 
     fn parts(&self) -> http::request::Parts {
@@ -64,6 +71,7 @@ impl Head {
         *request.method_mut() = Method::POST;
         *request.uri_mut() = self.uri.clone();
         *request.headers_mut() = self.headers.clone();
+        request.extensions_mut().insert(self.upstream.clone());
         request.into_parts().0
     }
 }

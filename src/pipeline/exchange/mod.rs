@@ -27,6 +27,7 @@ use crate::telemetry::genai;
 use crate::tokens::usage::UsageTap;
 use crate::upstream::headers;
 use crate::upstream::routes::Route;
+use crate::upstream::socket::UpstreamSocket;
 use axum::response::Response;
 use bytes::Bytes;
 use http::request::Parts;
@@ -409,11 +410,22 @@ impl Exchange {
         rewrite::upstream_body(*adapter, request, &conversation.chain, compaction, role).into()
     }
 
+    /// Over the client socket's own upstream socket where it has one and
+    /// the upstream serves the mode, else over HTTP.
     async fn send(&self, body: Bytes) -> Result<reqwest::Response, ProxyError> {
         let outgoing = self.outgoing_headers();
         let Incoming { route, parts, .. } = &self.incoming;
-        let method = parts.method.clone();
         let upstream = &self.state.upstream;
+        if let Some(socket) = parts.extensions.get::<UpstreamSocket>() {
+            let (waits, url) = (upstream.socket_waits(), &route.url);
+            if let Some(answer) = socket
+                .send(&route.upstream, url, &outgoing, &body, waits)
+                .await
+            {
+                return answer;
+            }
+        }
+        let method = parts.method.clone();
         upstream
             .send(&route.upstream, method, &route.url, outgoing, body.into())
             .await
