@@ -2,9 +2,10 @@
 # WebSocket benchmark: a 20-step tool loop on the Responses API over
 # Condenser's WebSocket mode against the same loop over HTTP, through
 # Condenser and directly to the upstream, in one run. The fake upstream
-# serves HTTP only, so there is no direct socket row. Prints each path's
-# median and total step latency and the bytes the client sent. See
-# bench/README.md ("The WebSocket mode").
+# serves the mode too; one Condenser speaks it upstream, the other
+# (upstreams.openai.websocket = false) sends whole histories over HTTP.
+# Prints each path's median and total step latency and the bytes the
+# client sent. See bench/README.md ("The WebSocket mode").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,28 +28,40 @@ FAKE="${FAKE:-$(dirname "$BIN")/fake-upstream}"
 
 fake_port="$(free_port)"
 "$FAKE" --listen "127.0.0.1:$fake_port" --first-byte-delay-ms "$ANSWER_DELAY_MS" --no-record \
-  >"$work/fake.log" 2>&1 &
-pids+=($!)
-port="$(free_port)"
-mkdir "$work/condenser"
-(cd "$work/condenser" && CONDENSER_LISTEN="127.0.0.1:$port" DATABASE_URL="sqlite://$work/condenser.db" \
-  CONDENSER_OPENAI_BASE_URL="http://127.0.0.1:$fake_port/v1" exec "$BIN" serve) \
-  >"$work/condenser.log" 2>&1 &
+  --responses-websocket >"$work/fake.log" 2>&1 &
 pids+=($!)
 wait_port "$fake_port" "$work/fake.log"
-wait_port "$port" "$work/condenser.log"
+
+condenser() { # name upstream-socket(true|false) -> port
+  local port
+  port="$(free_port)"
+  mkdir "$work/$1"
+  printf '[upstreams.openai]\nbase_url = "http://127.0.0.1:%s/v1"\nwebsocket = %s\n' "$fake_port" "$2" \
+    >"$work/$1/condenser.toml"
+  (cd "$work/$1" && CONDENSER_LISTEN="127.0.0.1:$port" DATABASE_URL="sqlite://$work/$1.db" \
+    exec "$BIN" serve --config condenser.toml) >"$work/$1.log" 2>&1 &
+  pids+=($!)
+  wait_port "$port" "$work/$1.log"
+  echo "$port"
+}
+port="$(condenser upstream-socket true)"
+http_port="$(condenser upstream-http false)"
 
 loop() { # name mode url
   echo "bench: $1" >&2
   "$PYTHON" bench/websocket_loop.py "$2" "$3" "$STEPS" >"$work/$1.steps"
 }
-loop "direct, HTTP" http "http://127.0.0.1:$fake_port"
-loop "Condenser, HTTP" http "http://127.0.0.1:$port"
-loop "Condenser, socket" socket "http://127.0.0.1:$port"
+rows=("direct, HTTP" "direct, socket" "Condenser, HTTP" "Condenser, socket, HTTP upstream"
+  "Condenser, socket, socket upstream")
+loop "${rows[0]}" http "http://127.0.0.1:$fake_port"
+loop "${rows[1]}" socket "http://127.0.0.1:$fake_port"
+loop "${rows[2]}" http "http://127.0.0.1:$port"
+loop "${rows[3]}" socket "http://127.0.0.1:$http_port"
+loop "${rows[4]}" socket "http://127.0.0.1:$port"
 
 echo "| $STEPS-step tool loop | median step | total | bytes sent |"
 echo "|---|---|---|---|"
-for name in "direct, HTTP" "Condenser, HTTP" "Condenser, socket"; do
+for name in "${rows[@]}"; do
   python3 - "$work/$name.steps" "$name" <<'PY'
 import json, statistics, sys
 steps = [json.loads(line) for line in open(sys.argv[1])]
@@ -57,4 +70,3 @@ sent = sum(s["bytes_sent"] for s in steps)
 print(f"| {sys.argv[2]} | {statistics.median(seconds) * 1000:.1f} ms | {sum(seconds) * 1000:.0f} ms | {sent:,} |")
 PY
 done
-echo "| direct, socket | n/a: the fake upstream serves HTTP only | | |"

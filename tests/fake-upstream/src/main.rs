@@ -31,6 +31,9 @@ struct Args {
     /// Do not keep a log of requests (benchmarks).
     #[arg(long)]
     no_record: bool,
+    /// Serve the Responses API's WebSocket mode on `/v1/responses`.
+    #[arg(long)]
+    responses_websocket: bool,
 }
 
 fn parse_window(value: &str) -> Result<(String, u64), String> {
@@ -53,6 +56,7 @@ async fn main() -> anyhow::Result<()> {
         summary_delay: Duration::from_millis(args.summary_delay_ms),
         stream_chunks: args.stream_chunks,
         record_requests: !args.no_record,
+        responses_websocket: args.responses_websocket,
         ..FakeConfig::default()
     };
     let upstream = FakeUpstream::start_on(config, args.listen).await?;
