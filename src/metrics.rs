@@ -137,6 +137,10 @@ fn describe() {
     );
     metrics::describe_gauge!("condenser_websocket_connections", "WebSockets open.");
     describe_counter!(
+        "condenser_upstream_websocket_opened_total",
+        "Sockets opened to an upstream that serves the Responses API's WebSocket mode."
+    );
+    describe_counter!(
         "condenser_trace_spans_exported_total",
         "Spans the OTLP collector accepted (traces on)."
     );
