@@ -44,6 +44,7 @@ impl UpstreamClient {
         socket::Waits {
             connect: self.timeouts.connect,
             first_frame: self.timeouts.first_byte,
+            idle: self.timeouts.pool_idle,
         }
     }
 

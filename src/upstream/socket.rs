@@ -15,8 +15,17 @@
 //! request would be: an error frame as its status and `{"error": …}` body,
 //! the events as an SSE stream. So overflow detection, compaction and the
 //! relay to the client do not know which way it came. An upstream that
-//! refuses the handshake does not serve the mode: remembered, and HTTP is
-//! used from then on, as it is whenever the socket cannot be (re)opened.
+//! answers the handshake as a server without the mode does (404, 405,
+//! 426) is remembered, and HTTP is used from then on; HTTP is also used
+//! whenever the socket cannot be opened, or fails before the request was
+//! answered, and always when an HTTP proxy is configured (which reqwest
+//! honours and a socket would pass by).
+//!
+//! A socket idle longer than the HTTP pool keeps its connections is
+//! pinged before reuse: a connection a middlebox dropped in silence would
+//! otherwise swallow the request until the first-byte timeout. Once a
+//! request is sent, it is never sent again another way: a timeout is the
+//! 504 HTTP would give, not a second generation.
 
 use super::routes::Upstream;
 use crate::error::ProxyError;
@@ -28,7 +37,7 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -62,6 +71,8 @@ pub struct UpstreamSocket {
 struct Session {
     socket: Option<Socket>,
     last: Option<Last>,
+    /// When the socket last finished an answer.
+    idle_since: Option<Instant>,
 }
 
 /// The last response answered on the upstream socket: what the upstream
@@ -71,11 +82,28 @@ struct Last {
     items: Vec<Value>,
 }
 
-/// How long a request may wait for its socket and its first frame.
+/// How long a request may wait for its socket and its first frame, and
+/// how long a socket may sit idle before it is pinged.
 #[derive(Clone, Copy)]
 pub struct Waits {
     pub connect: Duration,
     pub first_frame: Duration,
+    pub idle: Duration,
+}
+
+/// Handshake statuses of a server that does not serve the mode: a GET on
+/// a POST-only route (404, 405, 501), a refused upgrade (426), a request
+/// it cannot read (400). Any other (401, 429, 5xx) says nothing of the
+/// mode and is not remembered.
+const WITHOUT_THE_MODE: &[u16] = &[400, 404, 405, 426, 501];
+
+/// What went wrong before an answer's first frame.
+enum Failed {
+    /// The request never left, or the socket closed before answering:
+    /// nothing was generated, HTTP may try.
+    Unanswered,
+    /// Sent, and no frame within the first-byte timeout.
+    TimedOut,
 }
 
 impl UpstreamSocket {
@@ -91,11 +119,12 @@ impl UpstreamSocket {
         body: &Bytes,
         waits: Waits,
     ) -> Option<Result<reqwest::Response, ProxyError>> {
-        if !upstream.websocket || upstream.websocket_refused.load(Ordering::Relaxed) {
+        if !upstream.websocket || upstream.websocket_refused.load(Ordering::Relaxed) || proxied() {
             return None;
         }
         let fields = streamed_request(body)?;
         let mut session = self.session.clone().lock_owned().await;
+        session.check(waits).await;
         if session.socket.is_none() {
             session.socket = Some(open(upstream, url, headers, waits.connect).await?);
             session.last = None;
@@ -103,13 +132,21 @@ impl UpstreamSocket {
         let mut continued = session.last.is_some();
         loop {
             let frame = create_frame(&fields, session.last.as_ref().filter(|_| continued));
-            let first = match exchange_first(&mut session, frame, waits.first_frame).await {
+            let first = match exchange_first(&mut session, frame, waits).await {
                 Ok(first) => first,
-                Err(()) => {
+                Err(failed) => {
                     session.socket = None;
-                    return None;
+                    session.last = None;
+                    return match failed {
+                        Failed::Unanswered => None,
+                        Failed::TimedOut => Some(Err(ProxyError::UpstreamTimeout {
+                            upstream: upstream.name.clone(),
+                            timeout: waits.first_frame,
+                        })),
+                    };
                 }
             };
+            session.idle_since = Some(Instant::now());
             match first {
                 First::Error(status, error) if continued && lost_previous(&error) => {
                     tracing::debug!(status, "upstream socket lost its last response");
@@ -124,6 +161,72 @@ impl UpstreamSocket {
             }
         }
     }
+}
+
+impl Session {
+    /// Readies a kept socket for the next request: frames left over since
+    /// the last answer are dropped, and a socket idle past `waits.idle`
+    /// must answer a ping first. A socket that fails either is closed.
+    async fn check(&mut self, waits: Waits) {
+        let Some(socket) = self.socket.as_mut() else {
+            return;
+        };
+        let idle = self
+            .idle_since
+            .is_some_and(|since| since.elapsed() > waits.idle);
+        let ready = drop_leftovers(socket) && (!idle || answers_ping(socket, waits.connect).await);
+        if !ready {
+            tracing::debug!("upstream socket gone while idle; opening another");
+            self.socket = None;
+            self.last = None;
+        }
+    }
+}
+
+/// Drops frames already received between answers (none are expected);
+/// false when the socket has ended.
+fn drop_leftovers(socket: &mut Socket) -> bool {
+    use futures_util::FutureExt;
+    loop {
+        match socket.next().now_or_never() {
+            None => return true,
+            Some(Some(Ok(Message::Close(_)) | Err(_)) | None) => return false,
+            Some(Some(Ok(_))) => continue,
+        }
+    }
+}
+
+/// Whether the socket answers a ping within `wait`.
+async fn answers_ping(socket: &mut Socket, wait: Duration) -> bool {
+    let pinged = async {
+        socket.send(Message::Ping(Bytes::new())).await.ok()?;
+        loop {
+            match socket.next().await? {
+                Ok(Message::Pong(_)) => return Some(()),
+                Ok(Message::Close(_)) | Err(_) => return None,
+                Ok(_) => continue,
+            }
+        }
+    };
+    matches!(tokio::time::timeout(wait, pinged).await, Ok(Some(())))
+}
+
+/// Whether reqwest would go through an HTTP proxy (it reads these): a
+/// socket of Condenser's own would pass it by.
+fn proxied() -> bool {
+    static PROXIED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PROXIED.get_or_init(|| {
+        [
+            "HTTPS_PROXY",
+            "https_proxy",
+            "HTTP_PROXY",
+            "http_proxy",
+            "ALL_PROXY",
+            "all_proxy",
+        ]
+        .iter()
+        .any(|name| std::env::var_os(name).is_some_and(|value| !value.is_empty()))
+    })
 }
 
 /// The request's fields, when it is one the mode carries: a streamed
@@ -154,12 +257,15 @@ async fn open(
             Some(socket)
         }
         Ok(Err(tungstenite::Error::Http(response))) => {
-            tracing::info!(
-                upstream = %upstream.name,
-                status = response.status().as_u16(),
-                "upstream does not serve the Responses WebSocket mode; using HTTP"
-            );
-            upstream.websocket_refused.store(true, Ordering::Relaxed);
+            let status = response.status().as_u16();
+            if WITHOUT_THE_MODE.contains(&status) {
+                tracing::info!(
+                    upstream = %upstream.name,
+                    status,
+                    "upstream does not serve the Responses WebSocket mode; using HTTP"
+                );
+                upstream.websocket_refused.store(true, Ordering::Relaxed);
+            }
             None
         }
         Ok(Err(error)) => {
@@ -238,15 +344,21 @@ enum First {
     Event(String),
 }
 
-/// Sends the frame and reads the answer's first one; `Err` when the socket
-/// failed before answering (nothing was answered: HTTP may try).
-async fn exchange_first(session: &mut Session, frame: String, wait: Duration) -> Result<First, ()> {
-    let socket = session.socket.as_mut().ok_or(())?;
-    socket.send(Message::text(frame)).await.map_err(|_| ())?;
-    let text = tokio::time::timeout(wait, next_text(socket))
+/// Sends the frame and reads the answer's first one.
+async fn exchange_first(
+    session: &mut Session,
+    frame: String,
+    waits: Waits,
+) -> Result<First, Failed> {
+    let socket = session.socket.as_mut().ok_or(Failed::Unanswered)?;
+    let sent = tokio::time::timeout(waits.connect, socket.send(Message::text(frame))).await;
+    if !matches!(sent, Ok(Ok(()))) {
+        return Err(Failed::Unanswered);
+    }
+    let text = tokio::time::timeout(waits.first_frame, next_text(socket))
         .await
-        .map_err(|_| ())?
-        .ok_or(())?;
+        .map_err(|_| Failed::TimedOut)?
+        .ok_or(Failed::Unanswered)?;
     Ok(match error_frame(&text) {
         Some((status, error)) => First::Error(status, error),
         None => First::Event(text),
@@ -309,6 +421,7 @@ fn event_stream(
         session: Some(session),
         first: Some(first),
         input: Some(input),
+        output: Vec::new(),
     };
     let response = http::Response::builder()
         .status(StatusCode::OK)
@@ -326,6 +439,10 @@ struct Events {
     first: Option<String>,
     /// The request's whole input, remembered with the answer's output.
     input: Option<Vec<Value>>,
+    /// The output items as their `response.output_item.done` events gave
+    /// them: a `response.completed` may list none (the ChatGPT backend's
+    /// does), and they are the response all the same.
+    output: Vec<Value>,
 }
 
 /// The events that end a response (`response.completed` remembered).
@@ -343,8 +460,14 @@ struct ClosedMidAnswer;
 impl Events {
     fn event(&mut self, text: String) -> Bytes {
         let kind = event_type(&text);
+        if kind == "response.output_item.done" {
+            if let Ok(mut event) = serde_json::from_str::<Value>(&text) {
+                self.output.push(event["item"].take());
+            }
+        }
         if ENDING.contains(&kind.as_str()) {
             if let Some(mut session) = self.session.take() {
+                session.idle_since = Some(Instant::now());
                 session.last = (kind == "response.completed")
                     .then(|| self.answered(&text))
                     .flatten();
@@ -359,9 +482,12 @@ impl Events {
         let event = serde_json::from_str::<Value>(text).ok()?;
         let response = &event["response"];
         let id = response["id"].as_str()?;
-        let output = response["output"].as_array()?;
+        let output = match response["output"].as_array() {
+            Some(listed) if !listed.is_empty() => listed.clone(),
+            _ => std::mem::take(&mut self.output),
+        };
         let mut items = self.input.take().unwrap_or_default();
-        items.extend(output.iter().cloned());
+        items.extend(output);
         Some(Last {
             id: id.to_string(),
             items,

@@ -32,6 +32,8 @@ both_backends!(
     codex_cli_answers_every_turn_over_the_socket_through_compactions,
     codex_cli_over_the_socket_toward_an_upstream_serving_the_mode,
     a_chain_toward_an_upstream_serving_the_mode_continues_there_between_compactions,
+    a_chain_continues_upstream_when_its_completed_event_lists_no_output,
+    a_handshake_refused_for_one_key_leaves_the_mode_on_for_the_others,
     with_the_mode_off_or_past_a_tenants_sockets_the_upgrade_is_a_426,
     a_socket_waiting_on_a_summary_gets_pings_then_its_answer,
     a_request_sent_as_soon_as_the_last_answer_completed_is_answered,
@@ -176,7 +178,7 @@ async fn a_previous_response_id_chain_is_answered_as_over_http_across_compaction
     backend: TestBackend,
 ) {
     let app = spawn_app_with(small_window(backend)).await;
-    chain_through_compactions(&app, backend).await;
+    chain_through_compactions(&app, small_window(backend)).await;
     for request in app.upstream.chat_requests() {
         assert_eq!(request.transport, Transport::Http, "the fake has no socket");
     }
@@ -192,7 +194,28 @@ async fn a_chain_toward_an_upstream_serving_the_mode_continues_there_between_com
     let mut options = small_window(backend);
     options.fake.responses_websocket = true;
     let app = spawn_app_with(options).await;
-    chain_through_compactions(&app, backend).await;
+    chain_through_compactions(&app, small_window(backend)).await;
+    assert_continued_upstream(&app);
+}
+
+/// The same where `response.completed` lists no output (the ChatGPT
+/// backend's Codex endpoint): the response is still its items, as their
+/// `response.output_item.done` events gave them, and a history that
+/// extends it still goes as new items only.
+async fn a_chain_continues_upstream_when_its_completed_event_lists_no_output(backend: TestBackend) {
+    let mut twin = small_window(backend);
+    twin.fake.responses_completed_without_output = true;
+    let mut options = small_window(backend);
+    options.fake.responses_completed_without_output = true;
+    options.fake.responses_websocket = true;
+    let app = spawn_app_with(options).await;
+    chain_through_compactions(&app, twin).await;
+    assert_continued_upstream(&app);
+}
+
+/// Every request went over Condenser's upstream socket, most as new items
+/// after the last response that socket answered.
+fn assert_continued_upstream(app: &TestApp) {
     let sent = app.upstream.chat_requests();
     assert!(
         sent.iter().all(|r| r.transport == Transport::Websocket),
@@ -212,10 +235,39 @@ async fn a_chain_toward_an_upstream_serving_the_mode_continues_there_between_com
     assert_eq!(app.upstream.websocket_connections(), 1);
 }
 
+/// A handshake refused for one credential (a 401) says nothing of the
+/// mode: that request goes over HTTP and gets the upstream's own answer,
+/// and a socket with a good key still speaks the mode upstream.
+async fn a_handshake_refused_for_one_key_leaves_the_mode_on_for_the_others(backend: TestBackend) {
+    let mut options = Options::on(backend);
+    options.fake.responses_websocket = true;
+    let app = spawn_app_with(options).await;
+    let mut refused = try_connect(&app, "sk-invalid")
+        .await
+        .expect("Condenser accepts the socket");
+    send(&mut refused, &continuation(vec![user_item("hello")], None)).await;
+    let error = last(&answer(&mut refused).await);
+    assert_eq!(
+        (&error["type"], &error["status"]),
+        (&json!("error"), &json!(401)),
+        "{error}"
+    );
+    let mut socket = connect(&app).await;
+    send(&mut socket, &continuation(vec![user_item("hello")], None)).await;
+    let completed = last(&answer(&mut socket).await);
+    assert_eq!(completed["type"], "response.completed", "{completed}");
+    let sent = app.upstream.chat_requests();
+    let answered = sent.last().expect("a request reached the upstream");
+    assert_eq!(
+        (answered.transport, answered.status),
+        (Transport::Websocket, 200)
+    );
+}
+
 /// Drives one socket's chain through at least two compactions, checking
 /// each answer against a twin Condenser's over HTTP.
-async fn chain_through_compactions(app: &TestApp, backend: TestBackend) {
-    let twin = spawn_app_with(small_window(backend)).await;
+async fn chain_through_compactions(app: &TestApp, twin: Options) {
+    let twin = spawn_app_with(twin).await;
     let mut socket = connect(app).await;
     let (mut history, mut previous): (Vec<Value>, Option<String>) = (Vec::new(), None);
     let mut new = next_items(&[], 1);
@@ -238,10 +290,14 @@ async fn chain_through_compactions(app: &TestApp, backend: TestBackend) {
             completed["type"], "response.completed",
             "step {turn}: {completed}"
         );
-        let output = completed["response"]["output"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
+        // The items as their `output_item.done` events gave them, as Codex
+        // reads them: `response.completed` may list none.
+        let output: Vec<Value> = frames
+            .iter()
+            .map(|frame| serde_json::from_str::<Value>(frame).expect("json"))
+            .filter(|event| event["type"] == "response.output_item.done")
+            .map(|event| event["item"].clone())
+            .collect();
         history.extend(output.clone());
         previous = completed["response"]["id"].as_str().map(String::from);
         new = next_items(&output, turn + 1);

@@ -34,6 +34,10 @@ pub struct FakeConfig {
     /// Chat Completions past the window is cut and answered 200, as
     /// Ollama's `/v1` does, instead of refused.
     pub silent_truncation: bool,
+    /// `response.completed` lists no output (`"output": []`), the items
+    /// coming only in their `response.output_item.done` events, as the
+    /// ChatGPT backend's Codex endpoint answers (BerriAI/litellm#32724).
+    pub responses_completed_without_output: bool,
     /// Keep every request for assertions. Off for benchmarks, which send
     /// thousands of large bodies.
     pub record_requests: bool,
@@ -61,6 +65,7 @@ impl Default for FakeConfig {
             ollama_context_window: 4096,
             silent_truncation: false,
             record_requests: true,
+            responses_completed_without_output: false,
             responses_websocket: false,
         }
     }

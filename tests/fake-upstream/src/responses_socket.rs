@@ -253,7 +253,7 @@ async fn relay(socket: &mut WebSocket, response: Response) -> Result<Option<Valu
     }
     let mut body = response.into_body().into_data_stream();
     let mut pending = Vec::new();
-    let mut completed = None;
+    let (mut completed, mut items) = (None, Vec::new());
     while let Some(Ok(chunk)) = body.next().await {
         pending.extend_from_slice(&chunk);
         while let Some(end) = pending.windows(2).position(|pair| pair == b"\n\n") {
@@ -262,8 +262,15 @@ async fn relay(socket: &mut WebSocket, response: Response) -> Result<Option<Valu
                 continue;
             };
             let payload = serde_json::from_str::<Value>(&data).unwrap_or_default();
+            if payload["type"] == "response.output_item.done" {
+                items.push(payload["item"].clone());
+            }
             if payload["type"] == "response.completed" {
-                completed = Some(payload["response"].clone());
+                // The response as the server holds it: its items, even
+                // when the event lists none.
+                let mut response = payload["response"].clone();
+                response["output"] = Value::Array(std::mem::take(&mut items));
+                completed = Some(response);
             }
             socket.send(Message::Text(data.into())).await?;
         }

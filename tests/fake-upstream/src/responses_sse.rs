@@ -21,18 +21,22 @@ impl Events {
     }
 }
 
-pub fn events(request: &Value, reply: &Reply, chunks: usize) -> Vec<Bytes> {
+pub fn events(request: &Value, reply: &Reply, config: &crate::FakeConfig) -> Vec<Bytes> {
     let mut events = Events(Vec::new());
     opening(&mut events, request, reply);
     let output = responses::output(request, reply);
     for (index, item) in output.iter().enumerate() {
-        item_events(&mut events, index, item, chunks);
+        item_events(&mut events, index, item, config.stream_chunks);
     }
+    let listed = match config.responses_completed_without_output {
+        true => Vec::new(),
+        false => output,
+    };
     let done = responses::response(
         request,
         reply,
         "completed",
-        Value::Array(output),
+        Value::Array(listed),
         responses::usage(reply),
     );
     events.push(json!({"type": "response.completed", "response": done}));

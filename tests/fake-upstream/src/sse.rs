@@ -17,7 +17,7 @@ pub fn stream(protocol: Protocol, request: &Value, reply: Reply, config: &FakeCo
     let events = match protocol {
         Protocol::OpenAi => openai_events(request, &reply, &chunks),
         Protocol::Anthropic => anthropic_events(&reply, &chunks),
-        Protocol::Responses => crate::responses_sse::events(request, &reply, config.stream_chunks),
+        Protocol::Responses => crate::responses_sse::events(request, &reply, config),
     };
     respond(events, config.chunk_delay)
 }
