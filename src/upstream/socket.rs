@@ -329,8 +329,9 @@ fn whole_input(fields: &Map<String, Value>) -> Vec<Value> {
     fields.get("input").map(input_items).unwrap_or_default()
 }
 
-/// A request's `input` as items: a string is one user message.
-fn input_items(input: &Value) -> Vec<Value> {
+/// A request's `input` as items: a string is one user message, as the
+/// API reads it.
+pub fn input_items(input: &Value) -> Vec<Value> {
     match input {
         Value::Array(items) => items.clone(),
         Value::String(text) => vec![serde_json::json!({"role": "user", "content": text})],

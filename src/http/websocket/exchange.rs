@@ -6,12 +6,12 @@
 //! stored, compacted and retried exactly as over HTTP, and counted and
 //! traced as one request, labelled `transport = "websocket"`.
 
-use super::history::{input_items, Answered};
+use super::history::Answered;
 use super::relay;
 use crate::http::budget::Lease;
 use crate::state::AppState;
 use crate::upstream::routes::Route;
-use crate::upstream::socket::UpstreamSocket;
+use crate::upstream::socket::{input_items, UpstreamSocket};
 use axum::extract::ws::Message;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Uri};
@@ -114,7 +114,7 @@ pub fn body(mut fields: Map<String, Value>) -> Bytes {
 
 /// The input a body carries, for the socket's history.
 pub fn input_of(fields: &Map<String, Value>) -> Vec<Value> {
-    input_items(fields.get("input").cloned())
+    fields.get("input").map(input_items).unwrap_or_default()
 }
 
 /// Runs one request through the pipeline and relays its answer; the

@@ -9,6 +9,7 @@
 //! all an agent continues, and it bounds the memory a socket holds to one
 //! history, itself bounded by `max_body_bytes`.
 
+use crate::upstream::socket::input_items;
 use serde_json::{json, Map, Value};
 
 /// The last response answered on one socket.
@@ -52,7 +53,7 @@ impl History {
         };
         // In place, the other fields in the client's order: the body is
         // the one the client would have sent over HTTP, byte for byte.
-        let new_items = input_items(request.get("input").cloned());
+        let new_items = request.get("input").map(input_items).unwrap_or_default();
         let mut items = last.items.clone();
         items.extend(new_items);
         request.shift_remove("previous_response_id");
@@ -67,16 +68,6 @@ impl History {
 
     pub fn remember(&mut self, answered: Answered) {
         self.last = Some(answered);
-    }
-}
-
-/// A request's `input` as a list of items: a string is one user message,
-/// as the API reads it.
-pub fn input_items(input: Option<Value>) -> Vec<Value> {
-    match input {
-        Some(Value::Array(items)) => items,
-        Some(Value::String(text)) => vec![json!({"role": "user", "content": text})],
-        _ => Vec::new(),
     }
 }
 
