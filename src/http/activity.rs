@@ -14,11 +14,17 @@
 //!   connection cap, whatever the above say, so silent connections make
 //!   room for clients waiting in the listen backlog (Envoy's overload
 //!   manager shrinks its idle and header timeouts the same way).
+//!
+//! Requests only mark the activity (two atomics); nothing is notified.
+//! The watch wakes on its own timer, when the connection could first
+//! have idled its limit, and looks: a wake-up per limit, not two per
+//! request, which on a keep-alive connection woke its own task (and often
+//! the other worker thread) twice per request for nothing.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 pub struct Activity {
@@ -27,7 +33,6 @@ pub struct Activity {
     /// Milliseconds after `started` the connection last became idle.
     idle_since_ms: AtomicU64,
     served: AtomicBool,
-    changed: Notify,
 }
 
 /// One request in flight on a connection, until dropped.
@@ -48,7 +53,6 @@ impl Activity {
             in_flight: AtomicUsize::new(0),
             idle_since_ms: AtomicU64::new(0),
             served: AtomicBool::new(false),
-            changed: Notify::new(),
         })
     }
 
@@ -56,9 +60,7 @@ impl Activity {
     /// guard is dropped.
     pub fn begin(self: &Arc<Self>) -> InFlight {
         self.served.store(true, Ordering::Release);
-        if self.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
-            self.changed.notify_one();
-        }
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
         InFlight(self.clone())
     }
 
@@ -89,9 +91,7 @@ impl Drop for InFlight {
         activity
             .idle_since_ms
             .store(activity.elapsed_ms(), Ordering::Release);
-        if activity.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-            activity.changed.notify_one();
-        }
+        activity.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -111,27 +111,21 @@ impl Limits {
 }
 
 /// Resolves once the connection has idled for its limit, which shrinks
-/// while `at_cap` says the server is at its connection cap.
+/// while `at_cap` says the server is at its connection cap. Looks when
+/// the limit could first have passed: a busy connection cannot idle it
+/// out sooner than one limit from now.
 pub async fn idled(activity: &Activity, limits: Limits, mut at_cap: watch::Receiver<bool>) {
     loop {
         let limit = limits.limit(activity.served(), *at_cap.borrow_and_update());
         let wait = match activity.idle_for() {
             Some(idle) if idle >= limit => return,
-            Some(idle) => Some(limit - idle),
-            None => None,
+            Some(idle) => limit - idle,
+            None => limit,
         };
         tokio::select! {
-            () = sleep_or_never(wait) => {}
-            () = activity.changed.notified() => {}
+            () = tokio::time::sleep(wait) => {}
             () = changed(&mut at_cap) => {}
         }
-    }
-}
-
-async fn sleep_or_never(wait: Option<Duration>) {
-    match wait {
-        Some(wait) => tokio::time::sleep(wait).await,
-        None => std::future::pending().await,
     }
 }
 
