@@ -109,11 +109,17 @@ fn prepare(url: &str, options: &StoreOptions) -> Result<(AnyPoolOptions, String,
         // WAL lets readers and the writer proceed together; it is a property
         // of the file, so only the first connection ever changes anything.
         // sqlx already gives every SQLite connection a 5 s busy timeout, so
-        // concurrent writers queue rather than fail.
+        // concurrent writers queue rather than fail. Temporary b-trees (a
+        // batch statement's sort, a conflict check) stay in memory: on
+        // file, SQLite created and removed one under /var/tmp for every
+        // few batches.
         Backend::Sqlite => {
             let pool_options = pool_options.after_connect(|connection, _| {
                 Box::pin(async move {
                     sqlx::query("pragma journal_mode = wal")
+                        .execute(&mut *connection)
+                        .await?;
+                    sqlx::query("pragma temp_store = memory")
                         .execute(connection)
                         .await?;
                     Ok(())
