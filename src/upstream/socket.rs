@@ -250,7 +250,10 @@ async fn open(
     wait: Duration,
 ) -> Option<Socket> {
     let request = handshake(url, headers)?;
-    let opened = tokio::time::timeout(wait, tokio_tungstenite::connect_async(request)).await;
+    // No Nagle: an answer's events are many small frames each way, and a
+    // pong or a frame held for an ACK costs a delayed ACK's 40 ms.
+    let connecting = tokio_tungstenite::connect_async_with_config(request, None, true);
+    let opened = tokio::time::timeout(wait, connecting).await;
     match opened {
         Ok(Ok((socket, _))) => {
             metrics::counter!("condenser_upstream_websocket_opened_total").increment(1);

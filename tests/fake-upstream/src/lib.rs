@@ -51,6 +51,11 @@ impl FakeUpstream {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let app = router(state.clone());
+        // As the real APIs' servers: a stream's small writes (SSE events,
+        // WebSocket frames) are not held back for an ACK.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         tokio::spawn(async move { axum::serve(listener, app).await });
         Ok(FakeUpstream { addr, state })
     }
