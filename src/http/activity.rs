@@ -15,16 +15,17 @@
 //!   room for clients waiting in the listen backlog (Envoy's overload
 //!   manager shrinks its idle and header timeouts the same way).
 //!
-//! Requests only mark the activity (two atomics); nothing is notified.
-//! The watch wakes on its own timer, when the connection could first
-//! have idled its limit, and looks: a wake-up per limit, not two per
-//! request, which on a keep-alive connection woke its own task (and often
-//! the other worker thread) twice per request for nothing.
+//! Requests only mark the activity (two atomics); the watch is notified
+//! once, at the first request, whose limit may be shorter. Otherwise it
+//! wakes on its own timer, when the connection could first have idled its
+//! limit, and looks: a wake-up per limit, not two per request, which on a
+//! keep-alive connection woke its own task (and often the other worker
+//! thread) twice per request for nothing.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 pub struct Activity {
@@ -33,6 +34,8 @@ pub struct Activity {
     /// Milliseconds after `started` the connection last became idle.
     idle_since_ms: AtomicU64,
     served: AtomicBool,
+    /// Told when the first request arrives: the limit changes then.
+    first_request: Notify,
 }
 
 /// One request in flight on a connection, until dropped.
@@ -53,14 +56,17 @@ impl Activity {
             in_flight: AtomicUsize::new(0),
             idle_since_ms: AtomicU64::new(0),
             served: AtomicBool::new(false),
+            first_request: Notify::new(),
         })
     }
 
     /// A request head arrived: the connection is busy until the returned
     /// guard is dropped.
     pub fn begin(self: &Arc<Self>) -> InFlight {
-        self.served.store(true, Ordering::Release);
         self.in_flight.fetch_add(1, Ordering::AcqRel);
+        if !self.served.swap(true, Ordering::AcqRel) {
+            self.first_request.notify_one();
+        }
         InFlight(self.clone())
     }
 
@@ -112,8 +118,9 @@ impl Limits {
 
 /// Resolves once the connection has idled for its limit, which shrinks
 /// while `at_cap` says the server is at its connection cap. Looks when
-/// the limit could first have passed: a busy connection cannot idle it
-/// out sooner than one limit from now.
+/// the limit could first have passed (a busy connection cannot idle it
+/// out sooner than one limit from now), and when the first request
+/// changes the limit.
 pub async fn idled(activity: &Activity, limits: Limits, mut at_cap: watch::Receiver<bool>) {
     loop {
         let limit = limits.limit(activity.served(), *at_cap.borrow_and_update());
@@ -124,6 +131,7 @@ pub async fn idled(activity: &Activity, limits: Limits, mut at_cap: watch::Recei
         };
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
+            () = activity.first_request.notified() => {}
             () = changed(&mut at_cap) => {}
         }
     }
@@ -204,6 +212,22 @@ mod tests {
         assert!(!idled.is_finished(), "idle for half its limit");
         sleep_ms(700).await;
         assert!(idled.is_finished(), "idle past its limit");
+    }
+
+    #[tokio::test]
+    async fn the_first_request_brings_the_shorter_limit_between_requests() {
+        let activity = Activity::new();
+        let pressure = Pressure::new(100);
+        let idled = watch(&activity, &pressure);
+        sleep_ms(100).await;
+        drop(activity.begin());
+        sleep_ms(400).await;
+        assert!(!idled.is_finished(), "idle 400 ms of its 600");
+        sleep_ms(400).await;
+        assert!(
+            idled.is_finished(),
+            "still open 800 ms after its request: the 30 s before a first request held"
+        );
     }
 
     #[tokio::test]
