@@ -25,7 +25,8 @@ figure src/config/server.rs BODY_EXPANSION is derived from.
 Usage: bench/body_budget.py [--condenser target/release/condenser]
                             [--upstream target/release/fake-upstream]
                             [--requests 40] [--size 30] [--budget BYTES]
-                            [--shape messages|tool|image] [--measure]
+                            [--shape messages|tool|image|agent] [--hold SECONDS]
+                            [--measure]
 Build first: cargo build --release -p condenser -p fake-upstream
 """
 
@@ -43,6 +44,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_bodies  # noqa: E402
 from memory import free_port, mib, status_kib, wait_http  # noqa: E402
 
 MODEL = "bench-model"
@@ -94,7 +96,17 @@ def image_body(index, size):
     return json.dumps({"model": MODEL, "max_tokens": 16, "messages": messages}).encode()
 
 
-SHAPES = {"messages": large_body, "tool": tool_body, "image": image_body}
+def agent_body(index, size):
+    """A coding agent's history (bench/make_bodies.py: turns of a user
+    request, a tool call, a 15.5 KB file read back and a short answer),
+    as many turns as fill `size`."""
+    body = make_bodies.history(target_messages=max(8, size // 4000))
+    body["model"] = MODEL
+    body["messages"][0]["content"] = f"Session {index}. " + body["messages"][0]["content"]
+    return json.dumps(body).encode()
+
+
+SHAPES = {"messages": large_body, "tool": tool_body, "image": image_body, "agent": agent_body}
 
 
 def small_body(index):
@@ -159,6 +171,16 @@ def small_requests(port, stop, results):
         time.sleep(max(0.0, 0.1 - (time.time() - started)))
 
 
+def sample_weight(port, stop, peak):
+    """The largest weight in flight seen (condenser_inflight_body_bytes)."""
+    while not stop.is_set():
+        try:
+            peak[0] = max(peak[0], metric(port, "condenser_inflight_body_bytes"))
+        except (OSError, http.client.HTTPException):
+            pass
+        time.sleep(0.05)
+
+
 def percentile(values, share):
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round((len(ordered) - 1) * share))]
@@ -168,7 +190,7 @@ def start(args, work):
     upstream_port, port = free_port(), free_port()
     upstream = subprocess.Popen(
         [os.path.abspath(args.upstream), "--listen", f"127.0.0.1:{upstream_port}", "--no-record",
-         "--window", f"{MODEL}=1000000000"],
+         "--window", f"{MODEL}=1000000000", "--first-byte-delay-ms", str(int(args.hold * 1000))],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     env = dict(os.environ,
                CONDENSER_LISTEN=f"127.0.0.1:{port}",
@@ -188,8 +210,9 @@ def flood(args, port):
     make = SHAPES[args.shape]
     payloads = [make(i, int(args.size * 2**20)) for i in range(args.requests)]
     answers = [None] * len(payloads)
-    stop, small = threading.Event(), []
+    stop, small, weight = threading.Event(), [], [0.0]
     prober = threading.Thread(target=small_requests, args=(port, stop, small))
+    sampler = threading.Thread(target=sample_weight, args=(port, stop, weight))
 
     def send(i):
         answers[i] = post(port, payloads[i])
@@ -197,12 +220,15 @@ def flood(args, port):
     threads = [threading.Thread(target=send, args=(i,)) for i in range(len(payloads))]
     started = time.time()
     prober.start()
+    sampler.start()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     stop.set()
     prober.join()
+    sampler.join()
+    print(f"largest weight in flight: {weight[0] / 2**20:.1f} MiB")
     return answers, small, time.time() - started, len(payloads[0])
 
 
@@ -240,14 +266,19 @@ def main():
     parser.add_argument("--size", type=float, default=30, help="MiB per large body")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="messages",
                         help="messages: short messages (the costliest per byte); tool: one huge "
-                             "tool result; image: one base64 image")
+                             "tool result; image: one base64 image; agent: a coding agent's history")
     parser.add_argument("--budget", type=int, help="server.max_inflight_body_bytes")
+    parser.add_argument("--hold", type=float, default=0,
+                        help="seconds the upstream waits before answering: every body let in "
+                             "is in flight at once when they arrive within it")
     parser.add_argument("--measure", action="store_true",
                         help="a budget that admits every body: print resident bytes per body byte")
     args = parser.parse_args()
     if args.measure and not args.budget:
         # Every body fits: peak over idle, per byte of body, is the figure.
-        args.budget = max(int(args.requests * (args.size + 0.1) * 2**20), 32 * 2**20)
+        # Weighed, a body of bytes a value each (short messages are one a
+        # dozen) is at most 6 times its size: room for every shape.
+        args.budget = max(int(args.requests * (args.size + 0.1) * 2**20 * 6), 32 * 2**20)
 
     work = tempfile.mkdtemp(prefix="condenser-budget-")
     upstream, proxy, port = start(args, work)

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use secret::Secret;
-pub use server::ServerSettings;
+pub use server::{ServerSettings, BODY_EXPANSION};
 pub use upstreams::{LegacySection, NativeCompaction, UpstreamSettings, UpstreamTable};
 pub use validate::ConfigError;
 

@@ -32,8 +32,9 @@ pub struct ServerSettings {
     /// Client connections open at once; more wait in the listen backlog.
     #[serde(default = "max_connections")]
     pub max_connections: usize,
-    /// Bytes of chat request bodies read and parsed at once; unset, derived
-    /// from the memory available (see [`ServerSettings::inflight_body_budget`]).
+    /// Chat request bodies read and parsed at once, weighed in bytes of the
+    /// costliest shape (`http/weight.rs`); unset, derived from the memory
+    /// available (see [`ServerSettings::inflight_body_budget`]).
     #[serde(default)]
     pub max_inflight_body_bytes: Option<usize>,
     /// Whether the Responses API's WebSocket mode is served; off, an
@@ -94,15 +95,13 @@ fn websocket_connections_per_tenant() -> usize {
     64
 }
 
-/// Peak resident bytes per byte of chat body in flight, by measurement
-/// (`bench/body_budget.py --measure`, bench/README.md "Current figures"),
-/// with a safety margin. Measured 2026-11-27 on this build, eight 8 MiB
-/// bodies at once, first sight of each (every message parsed, hashed and
-/// queued as rows): 16.6 for many short messages (about 30 bytes each, the
-/// costliest shape per byte: a parsed value, a link, a row per message),
-/// 5.4 for one huge tool result, 3.8 for a base64 image. The budget must
-/// hold whatever shape arrives, so the costliest sets it: 16.6 plus a
-/// fifth, 20. (It was 40, from a build that kept more per message.)
+/// Bytes of memory per unit of a chat body's weight: the unit is a byte
+/// of the costliest shape measured, short messages (16.8 to 17.8 bytes of
+/// memory per byte at their peak; `bench/body_budget.py --measure`,
+/// bench/README.md "The chat body budget"), plus a fifth. Other shapes
+/// weigh less per byte (`http/weight.rs`): a coding agent's history or an
+/// image about a fifth. (It was 40 when every body was counted as the
+/// costliest, from a build that kept more per message.)
 pub const BODY_EXPANSION: u64 = 20;
 /// Share of the memory that bodies in flight may expand into, by default:
 /// the rest is the caches, the write queue, and whatever shares the machine.
@@ -185,7 +184,7 @@ impl ServerSettings {
     }
 
     /// The configured budget, else a quarter of the memory available
-    /// expanded at [`BODY_EXPANSION`] bytes per byte, never below one
+    /// at [`BODY_EXPANSION`] bytes per unit of weight, never below one
     /// largest body.
     pub fn inflight_body_budget(&self, max_body_bytes: usize) -> usize {
         if let Some(configured) = self.max_inflight_body_bytes {

@@ -8,6 +8,7 @@
 //! budget, for as long as it likes. Each is a 4xx in the protocol's shape.
 
 use super::budget::{BodyBudget, Lease};
+use super::weight::{weigh_bytes, Scale};
 use crate::error::{caused_by, ProxyError};
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
@@ -34,7 +35,8 @@ pub struct Bounds {
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Reads a chat body whole within `bounds`, holding a lease of `budget`
-/// for its bytes: all of them up front when `declared`, else as they come.
+/// for its weight (`http/weight.rs`): its bytes' up front when
+/// `declared`, the rest as they come (all of it for an undeclared body).
 pub async fn read_chat_body(
     body: Body,
     declared: Option<usize>,
@@ -46,7 +48,7 @@ pub async fn read_chat_body(
             limit: bounds.max_bytes,
         });
     }
-    let Some(mut lease) = budget.lease(declared.unwrap_or(0)) else {
+    let Some(mut lease) = budget.lease(weigh_bytes(declared.unwrap_or(0))) else {
         return Err(overloaded());
     };
     let reading = collect(body, declared, bounds.max_bytes, &mut lease);
@@ -67,8 +69,9 @@ fn overloaded() -> ProxyError {
 }
 
 /// The body's bytes in one buffer, sized up front when its length is
-/// declared (its lease already covers it); an undeclared body's lease
-/// grows chunk by chunk.
+/// declared (its lease already covers the bytes); the lease grows chunk
+/// by chunk with what the chunk's values and strings weigh, and its bytes'
+/// when undeclared.
 async fn collect(
     body: Body,
     declared: Option<usize>,
@@ -77,12 +80,15 @@ async fn collect(
 ) -> Result<Bytes, ProxyError> {
     let mut body = Limited::new(body, limit);
     let mut buffer = BytesMut::with_capacity(declared.unwrap_or(0));
+    let mut scale = Scale::default();
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|error| read_error(error, limit))?;
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        if declared.is_none() && !lease.grow(data.len()) {
+        let bytes = if declared.is_some() { 0 } else { data.len() };
+        let weight = weigh_bytes(bytes) + scale.add(&data);
+        if !lease.grow(weight) {
             return Err(overloaded());
         }
         buffer.extend_from_slice(&data);

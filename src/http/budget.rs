@@ -1,30 +1,32 @@
 //! Step 1, accept: the memory budget of chat bodies in flight.
 //!
 //! A chat body is read whole and then parsed, hashed and queued for the
-//! store, and at its peak a request holds up to about 17 bytes of memory
-//! per byte of body (many short messages; a huge tool result or an image
-//! about 4–6: `config::server::BODY_EXPANSION`, bench/README.md "Current
-//! figures"). Forty 30 MiB bodies of short messages at once would need
-//! 20 GiB. So the bytes of chat bodies being read and worked on share one
+//! store, and at its peak a request holds several times its size in
+//! memory, how many depending on its shape: `http/weight.rs` weighs it, in
+//! bytes of the costliest shape.
+//!
+//! The weights of the chat bodies being read and worked on share one
 //! budget, `server.max_inflight_body_bytes`: a body that would pass it is
 //! refused at once with a 503 and `Retry-After` (clients retry those),
-//! never read and never queued. A request holds its lease until its
-//! answer's head is ready: that is as long as the pipeline holds the body.
+//! never queued. A request holds its lease until its answer's head is
+//! ready: that is as long as the pipeline holds the body.
 //!
-//! A body with a `Content-Length` takes its whole lease before a byte is
-//! read. A chunked body declares nothing, so its lease grows as its bytes
-//! arrive and it is refused when the next chunk would pass the budget:
+//! A body with a `Content-Length` takes the weight of its bytes before a
+//! byte is read, and what its values weigh as they arrive. A chunked body
+//! declares nothing, so its whole lease grows as its bytes arrive:
 //! reserving the largest allowed body for every chunked request would
 //! refuse small ones for nothing, and counting as it reads keeps the
-//! memory within the budget all the same.
+//! memory within the budget all the same. Either way a body is refused
+//! at the chunk that would pass the budget, before it is parsed.
 //!
 //! The budget's last eighth is kept for small bodies (up to that eighth):
 //! large ones stop short of it, so a few large uploads cannot keep a
 //! quick question out. Only as much is kept as still lets one largest body
-//! in alone.
+//! of the costliest shape in alone.
 //!
 //! Passthrough routes stream their bodies and are not counted.
 
+use super::weight::heaviest;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -33,28 +35,34 @@ const SMALL_SHARE: usize = 8;
 
 pub struct BodyBudget {
     limit: usize,
-    /// Bytes only small bodies may use; a body is small while its lease is
-    /// no larger.
+    /// Weight only small bodies may use; a body is small while its lease
+    /// is no larger.
     reserve: usize,
     used: AtomicUsize,
+    /// `condenser_inflight_body_bytes`, looked up once: a lookup hashes
+    /// its name, twice a request.
+    used_gauge: metrics::Gauge,
 }
 
-/// Bytes of the budget held by one request; given back when dropped.
+/// Weight of the budget held by one request; given back when dropped.
 pub struct Lease {
     budget: Arc<BodyBudget>,
     bytes: usize,
 }
 
 impl BodyBudget {
-    /// A budget of `limit` bytes in which one body of `max_body` fits alone.
+    /// A budget of `limit` weighed bytes in which one body of `max_body`
+    /// bytes fits alone, however heavy.
     pub fn new(limit: usize, max_body: usize) -> Arc<Self> {
-        let limit = limit.max(max_body);
+        let largest = heaviest(max_body);
+        let limit = limit.max(largest);
         describe();
         metrics::gauge!("condenser_inflight_body_limit_bytes").set(limit as f64);
         Arc::new(Self {
             limit,
-            reserve: (limit / SMALL_SHARE).min(limit - max_body),
+            reserve: (limit / SMALL_SHARE).min(limit - largest),
             used: AtomicUsize::new(0),
+            used_gauge: metrics::gauge!("condenser_inflight_body_bytes"),
         })
     }
 
@@ -87,7 +95,7 @@ impl BodyBudget {
             });
         match taken {
             Ok(before) => {
-                metrics::gauge!("condenser_inflight_body_bytes").set((before + more) as f64);
+                self.used_gauge.set((before + more) as f64);
                 true
             }
             Err(_) => false,
@@ -96,7 +104,7 @@ impl BodyBudget {
 
     fn give_back(&self, bytes: usize) {
         let before = self.used.fetch_sub(bytes, Ordering::AcqRel);
-        metrics::gauge!("condenser_inflight_body_bytes").set((before - bytes) as f64);
+        self.used_gauge.set((before - bytes) as f64);
     }
 }
 
@@ -127,12 +135,12 @@ fn describe() {
     metrics::describe_gauge!(
         "condenser_inflight_body_bytes",
         metrics::Unit::Bytes,
-        "Bytes of chat request bodies being read and worked on now."
+        "Chat request bodies being read and worked on now, weighed: bytes of the costliest shape taking the same memory."
     );
     metrics::describe_gauge!(
         "condenser_inflight_body_limit_bytes",
         metrics::Unit::Bytes,
-        "The budget of chat body bytes in flight (server.max_inflight_body_bytes)."
+        "The budget of chat bodies in flight, weighed (server.max_inflight_body_bytes)."
     );
     metrics::describe_counter!(
         "condenser_inflight_body_refused_total",
@@ -174,11 +182,12 @@ mod tests {
     #[test]
     fn one_largest_body_always_fits_alone() {
         let budget = BodyBudget::new(MIB, MIB);
-        let whole = budget.lease(MIB).expect("the largest body fits alone");
+        let heaviest = heaviest(MIB);
+        let whole = budget.lease(heaviest).expect("the largest body fits alone");
         assert!(budget.lease(1).is_none());
         drop(whole);
         let mut growing = budget.lease(0).expect("an empty lease");
-        assert!(growing.grow(MIB));
+        assert!(growing.grow(heaviest));
         assert!(!growing.grow(1), "no byte past the limit");
     }
 }

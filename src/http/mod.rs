@@ -8,6 +8,7 @@ pub mod ops;
 pub mod passthrough;
 pub mod serve;
 mod websocket;
+mod weight;
 
 use crate::state::AppState;
 use crate::upstream::routes::Endpoint;
@@ -16,6 +17,7 @@ use axum::response::Response;
 use axum::{Extension, Router};
 use budget::BodyBudget;
 use std::sync::Arc;
+use weight::heaviest;
 
 pub fn router(state: AppState) -> Router {
     let metrics = Router::new()
@@ -41,7 +43,7 @@ fn body_budget(state: &AppState) -> Arc<BodyBudget> {
     let settings = &state.settings;
     let max_body = settings.max_body_bytes;
     let budget = BodyBudget::new(settings.server.inflight_body_budget(max_body), max_body);
-    if settings.server.max_inflight_body_bytes.is_none() && budget.limit() == max_body {
+    if settings.server.max_inflight_body_bytes.is_none() && budget.limit() == heaviest(max_body) {
         tracing::warn!(
             max_body_bytes = max_body,
             "little memory for chat bodies: one largest body at a time \

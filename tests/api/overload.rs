@@ -16,18 +16,33 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const MIB: usize = 1024 * 1024;
 
-/// A Chat Completions body of about `size` bytes.
+/// A Chat Completions body of about `size` bytes of one long string: a
+/// light body (a string costs about its bytes once parsed).
 fn chat_body(size: usize) -> String {
     let text = "x".repeat(size.saturating_sub(120));
     json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}]}).to_string()
 }
 
-/// A Messages body of about `size` bytes.
-fn messages_body(size: usize) -> String {
-    let text = "x".repeat(size.saturating_sub(140));
-    json!({"model": "claude-sonnet-4-5", "max_tokens": 16,
-           "messages": [{"role": "user", "content": text}]})
-    .to_string()
+/// `count` short messages, each a parsed object, a chain link and a row:
+/// the heaviest kind of body per byte.
+fn short_messages(count: usize) -> String {
+    let message = |n: usize| {
+        let role = if n % 2 == 0 { "user" } else { "assistant" };
+        format!(r#"{{"role":"{role}","content":"m{n} ok"}}"#)
+    };
+    (0..count).map(message).collect::<Vec<_>>().join(",")
+}
+
+/// A Chat Completions body of about `size` bytes of short messages.
+fn heavy_chat_body(size: usize) -> String {
+    let messages = short_messages(size / 34);
+    format!(r#"{{"model":"gpt-4o-mini","messages":[{messages}]}}"#)
+}
+
+/// A Messages body of about `size` bytes of short messages.
+fn heavy_messages_body(size: usize) -> String {
+    let messages = short_messages(size / 34);
+    format!(r#"{{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{messages}]}}"#)
 }
 
 /// The proxy with `settings`, before a fake whose windows fit any body here.
@@ -47,10 +62,24 @@ async fn raw_post(app: &TestApp, path: &str, headers: &str, body: &str) -> raw_c
     raw_client::send_with_body(&app.address, &head, body.as_bytes()).await
 }
 
-/// A 1 MiB chat body that is still arriving while the test runs: it holds
-/// its share of the budget. It asks to continue (`expect: 100-continue`):
-/// the proxy's `100 Continue` comes once it reads the body, and it takes
-/// the body's lease before it reads.
+/// The weight of chat bodies in flight, from `/metrics`.
+async fn weight_in_flight(app: &TestApp) -> f64 {
+    let metrics = app.metrics().await;
+    let line = metrics
+        .lines()
+        .find(|line| line.starts_with("condenser_inflight_body_bytes "))
+        .unwrap_or("condenser_inflight_body_bytes 0");
+    line.rsplit(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("a gauge")
+}
+
+/// A 1 MiB chat body that is still arriving while the test runs: nearly
+/// all of it sent, short messages that weigh at least their size, and it
+/// holds that weight of the budget. It asks to continue (`expect:
+/// 100-continue`): the proxy's `100 Continue` comes once it reads the
+/// body, and it takes the lease of the body's bytes before it reads.
 async fn body_in_flight(app: &TestApp) -> tokio::net::TcpStream {
     let head = format!(
         "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {OPENAI_KEY}\r\ncontent-type: application/json\r\nexpect: 100-continue\r\ncontent-length: {MIB}"
@@ -66,15 +95,27 @@ async fn body_in_flight(app: &TestApp) -> tokio::net::TcpStream {
     }
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 100"), "{answer}");
-    held.write_all(br#"{"model":"#).await.expect("writes");
+    let sent = format!(
+        r#"{{"model":"gpt-4o-mini","messages":[{}"#,
+        short_messages(MIB * 15 / 16 / 34)
+    );
+    held.write_all(sent.as_bytes()).await.expect("writes");
+    wait_until(PATIENCE, "the proxy read what was sent", || async {
+        weight_in_flight(app).await >= sent.len() as f64
+    })
+    .await;
     held
+}
+
+/// Limits where a 1 MiB body fits alone, and the held one plus a 600 KB
+/// body of short messages pass the part large bodies may use (7/8).
+fn tight_budget() -> serde_json::Value {
+    json!({"max_body_bytes": MIB, "server": {"max_inflight_body_bytes": 2 * MIB}})
 }
 
 #[tokio::test]
 async fn a_chat_body_past_the_budget_is_a_503_with_retry_after_and_a_small_one_is_served() {
-    let settings =
-        json!({"max_body_bytes": MIB, "server": {"max_inflight_body_bytes": 3 * MIB / 2}});
-    let app = spawn_app(settings).await;
+    let app = spawn_app(tight_budget()).await;
     let held = body_in_flight(&app).await;
 
     let started = Instant::now();
@@ -82,7 +123,7 @@ async fn a_chat_body_past_the_budget_is_a_503_with_retry_after_and_a_small_one_i
         &app,
         "/v1/chat/completions",
         &format!("authorization: Bearer {OPENAI_KEY}"),
-        &chat_body(600 * 1024),
+        &heavy_chat_body(600 * 1024),
     )
     .await;
     assert_eq!(openai.status(), 503, "{}", openai.0);
@@ -95,7 +136,7 @@ async fn a_chat_body_past_the_budget_is_a_503_with_retry_after_and_a_small_one_i
         &app,
         "/v1/messages",
         &format!("x-api-key: {ANTHROPIC_KEY}\r\nanthropic-version: 2023-06-01"),
-        &messages_body(600 * 1024),
+        &heavy_messages_body(600 * 1024),
     )
     .await;
     assert_eq!(anthropic.status(), 503, "{}", anthropic.0);
@@ -107,14 +148,25 @@ async fn a_chat_body_past_the_budget_is_a_503_with_retry_after_and_a_small_one_i
         "refused at once, not queued"
     );
 
+    // The same size in one long string costs a quarter of the memory: it
+    // fits beside the held body.
+    let light = raw_post(
+        &app,
+        "/v1/chat/completions",
+        &format!("authorization: Bearer {OPENAI_KEY}"),
+        &chat_body(600 * 1024),
+    )
+    .await;
+    assert_eq!(light.status(), 200, "{}", light.0);
+
     let small = json!({"model": "gpt-4o-mini",
         "messages": [{"role": "user", "content": "still served"}]});
     let small = app.post_chat(&small).await;
     assert_eq!(small.status(), 200, "a small request fits beside it");
     assert_eq!(
         app.upstream.chat_requests().len(),
-        1,
-        "only the small request reached the upstream"
+        2,
+        "only the light and the small request reached the upstream"
     );
 
     drop(held);
@@ -126,7 +178,7 @@ async fn a_chat_body_past_the_budget_is_a_503_with_retry_after_and_a_small_one_i
             &app,
             "/v1/chat/completions",
             &format!("authorization: Bearer {OPENAI_KEY}"),
-            &chat_body(600 * 1024),
+            &heavy_chat_body(600 * 1024),
         )
         .await;
         assert!([200, 503].contains(&after.status()), "{}", after.0);
@@ -137,11 +189,9 @@ async fn a_chat_body_past_the_budget_is_a_503_with_retry_after_and_a_small_one_i
 
 #[tokio::test]
 async fn a_chunked_chat_body_is_counted_as_it_arrives() {
-    let settings =
-        json!({"max_body_bytes": MIB, "server": {"max_inflight_body_bytes": 3 * MIB / 2}});
-    let app = spawn_app(settings).await;
+    let app = spawn_app(tight_budget()).await;
     let held = body_in_flight(&app).await;
-    let body = chat_body(600 * 1024).into_bytes();
+    let body = heavy_chat_body(600 * 1024).into_bytes();
     let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
         body.chunks(64 * 1024).map(|c| Ok(c.to_vec())).collect();
     let response = app

@@ -17,6 +17,7 @@ use super::history::{Answered, History, Resolved};
 use super::tenants::Slot;
 use crate::error::ProxyError;
 use crate::http::budget::BodyBudget;
+use crate::http::weight::weigh;
 use crate::state::AppState;
 use crate::upstream::routes::Route;
 use axum::extract::ws::{close_code, CloseFrame, Message, WebSocket};
@@ -261,7 +262,7 @@ impl Connection {
                 .refuse(ProxyError::BodyTooLarge { limit: max_body }, out)
                 .await;
         }
-        let Some(lease) = self.budget.lease(body.len()) else {
+        let Some(lease) = self.budget.lease(weigh(&body)) else {
             metrics::counter!("condenser_inflight_body_refused_total").increment(1);
             let retry_after = Duration::from_secs(1);
             return self
