@@ -24,12 +24,11 @@ impl Usage {
     /// input count is required.
     pub(crate) fn read(usage: &Value, input: &str, output: &str) -> Option<Usage> {
         let count = |key: &str| usage.get(key).and_then(Value::as_u64);
-        let cached = [
-            "/prompt_tokens_details/cached_tokens",
-            "/input_tokens_details/cached_tokens",
-        ]
-        .iter()
-        .find_map(|pointer| usage.pointer(pointer)?.as_u64());
+        // `get` twice, not `pointer`: a pointer is split and unescaped at
+        // every call, and this runs on every answer.
+        let cached = ["prompt_tokens_details", "input_tokens_details"]
+            .iter()
+            .find_map(|details| usage.get(details)?.get("cached_tokens")?.as_u64());
         Some(Usage {
             input_tokens: count(input)?,
             output_tokens: count(output).unwrap_or(0),

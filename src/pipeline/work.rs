@@ -36,10 +36,8 @@ impl Work {
         compacting: watch::Receiver<bool>,
         background: TaskTracker,
     ) -> Self {
-        // A panic answers this request with a 500, as a task's would. The
-        // work goes to the heap before it is wrapped: the request's future
-        // is about 14 KB, and wrapping it first copied it twice.
-        let running = Box::pin(AssertUnwindSafe(Box::pin(work)).catch_unwind());
+        // A panic answers this request with a 500, as a task's would.
+        let running = Box::pin(AssertUnwindSafe(work).catch_unwind());
         Self {
             running: Some(running),
             compacting,

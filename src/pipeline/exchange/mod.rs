@@ -148,12 +148,15 @@ impl Exchange {
         self
     }
 
+    /// Every summarizing path is boxed where it is awaited: its future is
+    /// kilobytes, and inline it would make the request's future as large,
+    /// copied whole each time it moves, on every request.
     pub async fn run(mut self) -> (Response, Report) {
         if let Some(NativeAsk::Compact(shape)) = self.ask {
-            return self.serve_native(shape).await;
+            return Box::pin(self.serve_native(shape)).await;
         }
         if let Some(forms) = self.summary_asked() {
-            return self.summary_on_demand(forms).await;
+            return Box::pin(self.summary_on_demand(forms)).await;
         }
         let mut applied = self.stored_compaction();
         if let Some(compaction) = self.compact_before_reply().await {
@@ -182,8 +185,7 @@ impl Exchange {
             };
             let current = applied.as_ref();
             let overflow = Trigger::Overflow;
-            match self
-                .compact_within(&mut budget, current, &signal, sent_bytes, overflow)
+            match Box::pin(self.compact_within(&mut budget, current, &signal, sent_bytes, overflow))
                 .await
             {
                 Ok(compaction) => applied = Some(compaction),
@@ -213,9 +215,8 @@ impl Exchange {
         }
         let signal = self.certain_overflow(sent_bytes)?;
         let proactive = Trigger::Proactive;
-        let compacted = self
-            .compact_within(budget, current, &signal, sent_bytes, proactive)
-            .await;
+        let compacted =
+            Box::pin(self.compact_within(budget, current, &signal, sent_bytes, proactive)).await;
         compacted
             // The estimate may be wrong: let the upstream decide.
             .inspect_err(|kind| {
@@ -418,10 +419,10 @@ impl Exchange {
         let upstream = &self.state.upstream;
         if let Some(socket) = parts.extensions.get::<UpstreamSocket>() {
             let (waits, url) = (upstream.socket_waits(), &route.url);
-            if let Some(answer) = socket
-                .send(&route.upstream, url, &outgoing, &body, waits)
-                .await
-            {
+            // Boxed: a socket's handshake future is kilobytes, and only
+            // requests from a client's socket take this path.
+            let sent = Box::pin(socket.send(&route.upstream, url, &outgoing, &body, waits));
+            if let Some(answer) = sent.await {
                 return answer;
             }
         }

@@ -60,9 +60,8 @@ impl Exchange {
         let signal = self.threshold_passed(sent_bytes)?;
         let proactive = Trigger::Proactive;
         self.below_threshold = true;
-        let compacted = self
-            .compact_within(budget, current, &signal, sent_bytes, proactive)
-            .await;
+        let compacted =
+            Box::pin(self.compact_within(budget, current, &signal, sent_bytes, proactive)).await;
         self.below_threshold = false;
         let compaction = match compacted {
             Ok(compaction) => compaction,

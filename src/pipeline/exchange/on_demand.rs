@@ -41,7 +41,7 @@ impl Exchange {
             let _ = compacting.send(true);
         }
         let started = std::time::Instant::now();
-        let (summary, used) = match self.summarize_all().await {
+        let (summary, used) = match Box::pin(self.summarize_all()).await {
             Ok(written) => written,
             Err(kind) => {
                 tracing::info!(error.kind = kind, "no compaction before the reply");
@@ -49,7 +49,7 @@ impl Exchange {
             }
         };
         let took = started.elapsed().as_millis() as i64;
-        let compaction = self.keep_asked(&summary, took).await?;
+        let compaction = Box::pin(self.keep_asked(&summary, took)).await?;
         let estimate = Usage {
             input_tokens,
             output_tokens: calibration.tokens(summary.len()),
