@@ -82,30 +82,38 @@ where
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     // The spans only traces show stay out of log lines' context.
-    let logged = filter.and(
+    let trace_only =
         filter_fn(|meta| !(meta.is_span() && genai::TRACE_ONLY_SPANS.contains(&meta.name())))
-            .with_max_level_hint(LevelFilter::TRACE),
-    );
-    let registry = tracing_subscriber::registry().with(traces.map(|t| t.layer()));
+            .with_max_level_hint(LevelFilter::TRACE);
+    let Some(traces) = traces else {
+        // Logs alone: the filters apply to the whole subscriber, so a span
+        // they leave out is never made. A per-layer filter would look each
+        // span up at every enter and exit, several times a request.
+        let registry = tracing_subscriber::registry().with(filter).with(trace_only);
+        return Box::new(registry.with(log_layer(format, sink, ansi)));
+    };
+    let logged = filter.and(trace_only);
+    let registry = tracing_subscriber::registry().with(traces.layer());
+    Box::new(registry.with(log_layer(format, sink, ansi).with_filter(logged)))
+}
+
+/// The log lines' layer, in `format`.
+fn log_layer<S, W>(format: LogFormat, sink: W, ansi: bool) -> Box<dyn Layer<S> + Send + Sync>
+where
+    S: Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
+{
     match format {
-        LogFormat::Human => Box::new(
-            registry.with(
-                tracing_subscriber::fmt::layer()
-                    .with_ansi(ansi)
-                    .with_writer(sink)
-                    .with_filter(logged),
-            ),
-        ),
-        LogFormat::Json => Box::new(
-            registry.with(
-                tracing_subscriber::fmt::layer()
-                    .json()
-                    .flatten_event(true)
-                    .with_current_span(true)
-                    .with_writer(sink)
-                    .with_filter(logged),
-            ),
-        ),
+        LogFormat::Human => tracing_subscriber::fmt::layer()
+            .with_ansi(ansi)
+            .with_writer(sink)
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_writer(sink)
+            .boxed(),
     }
 }
 
