@@ -16,11 +16,13 @@ A large request is answered when it is forwarded (2xx) or refused with a
 Prints the budget, the answers, the small requests' latencies and the peak
 resident size (VmHWM). Exits 1 when a request got no acceptable answer or
 the peak exceeds the documented ceiling: the idle size plus 20 bytes per
-byte of the budget, plus the write queue (64 MiB) and a margin of 10 %
-(README.md, "Memory"). Also prints whether the peak stayed under the
-documented share of memory (a quarter) and, with --measure (a budget
-that admits every body), the resident bytes per body byte in flight: the
-figure src/config/server.rs BODY_EXPANSION is derived from.
+unit of the budget's weight, plus the write queue (64 MiB) and a margin
+of 10 % (docs/operating.md, "Memory"). Also prints the largest weight in
+flight, whether the peak stayed under the documented share of memory (a
+quarter) and, with --measure (a budget that admits every body), the
+resident bytes per body byte in flight: the figures the costs of
+src/http/weight.rs are derived from. --hold has the upstream wait before
+answering, so that every body let in is in flight at once.
 
 Usage: bench/body_budget.py [--condenser target/release/condenser]
                             [--upstream target/release/fake-upstream]
