@@ -71,8 +71,7 @@ pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -
         .signalling(compacting_tx)
         .serving_native(ask)
         .falling_back(fallback);
-    // The exchange's future is kilobytes: on the heap at once, so that
-    // what wraps it moves only a pointer.
+    // Boxed: the exchange's future is kilobytes, its wrappers move a pointer.
     let work = work::Work::new(
         observed.after(Box::pin(exchange.run())).in_current_span(),
         compacting_rx.clone(),
