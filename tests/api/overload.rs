@@ -12,7 +12,6 @@ use crate::helpers::wait::{wait_until, PATIENCE};
 use fake_upstream::{FakeConfig, FakeUpstream, RequestKind, Scripted};
 use serde_json::json;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const MIB: usize = 1024 * 1024;
 
@@ -23,25 +22,31 @@ fn chat_body(size: usize) -> String {
     json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}]}).to_string()
 }
 
-/// `count` short messages, each a parsed object, a chain link and a row:
-/// the heaviest kind of body per byte.
-fn short_messages(count: usize) -> String {
-    let message = |n: usize| {
+/// Short messages of about `size` bytes in all, each a parsed object, a
+/// chain link and a row: the heaviest kind of body per byte.
+fn short_messages(size: usize) -> String {
+    let mut messages = String::with_capacity(size + 64);
+    let mut n = 0;
+    while messages.len() < size {
         let role = if n % 2 == 0 { "user" } else { "assistant" };
-        format!(r#"{{"role":"{role}","content":"m{n} ok"}}"#)
-    };
-    (0..count).map(message).collect::<Vec<_>>().join(",")
+        let comma = if n == 0 { "" } else { "," };
+        messages.push_str(&format!(
+            r#"{comma}{{"role":"{role}","content":"m{n} ok"}}"#
+        ));
+        n += 1;
+    }
+    messages
 }
 
 /// A Chat Completions body of about `size` bytes of short messages.
 fn heavy_chat_body(size: usize) -> String {
-    let messages = short_messages(size / 34);
+    let messages = short_messages(size);
     format!(r#"{{"model":"gpt-4o-mini","messages":[{messages}]}}"#)
 }
 
 /// A Messages body of about `size` bytes of short messages.
 fn heavy_messages_body(size: usize) -> String {
-    let messages = short_messages(size / 34);
+    let messages = short_messages(size);
     format!(r#"{{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{messages}]}}"#)
 }
 
@@ -62,53 +67,33 @@ async fn raw_post(app: &TestApp, path: &str, headers: &str, body: &str) -> raw_c
     raw_client::send_with_body(&app.address, &head, body.as_bytes()).await
 }
 
-/// The weight of chat bodies in flight, from `/metrics`.
-async fn weight_in_flight(app: &TestApp) -> f64 {
-    let metrics = app.metrics().await;
-    let line = metrics
-        .lines()
-        .find(|line| line.starts_with("condenser_inflight_body_bytes "))
-        .unwrap_or("condenser_inflight_body_bytes 0");
-    line.rsplit(' ')
-        .next()
-        .and_then(|v| v.parse().ok())
-        .expect("a gauge")
-}
-
-/// A 1 MiB chat body that is still arriving while the test runs: nearly
-/// all of it sent, short messages that weigh at least their size, and it
-/// holds that weight of the budget. It asks to continue (`expect:
-/// 100-continue`): the proxy's `100 Continue` comes once it reads the
-/// body, and it takes the lease of the body's bytes before it reads.
+/// A chat body of short messages, nearly 1 MiB, sent whole and held at
+/// the upstream for ten minutes: it holds its whole weight of the budget
+/// (it weighs more than its size) until its client hangs up.
 async fn body_in_flight(app: &TestApp) -> tokio::net::TcpStream {
+    app.upstream.push_script(Scripted::Delay {
+        kind: RequestKind::Chat,
+        delay: Duration::from_secs(600),
+    });
+    let body = heavy_chat_body(MIB * 15 / 16);
     let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {OPENAI_KEY}\r\ncontent-type: application/json\r\nexpect: 100-continue\r\ncontent-length: {MIB}"
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {OPENAI_KEY}\r\ncontent-type: application/json\r\ncontent-length: {}",
+        body.len()
     );
-    let mut held = raw_client::start_request(&app.address, &head, b"").await;
-    let mut answer = Vec::new();
-    let mut byte = [0u8; 1];
-    while !answer.ends_with(b"\r\n\r\n") {
-        let read = tokio::time::timeout(PATIENCE, held.read(&mut byte)).await;
-        let read = read.expect("the proxy reads the body").expect("reads");
-        assert_eq!(read, 1, "the proxy closed instead of reading the body");
-        answer.push(byte[0]);
-    }
-    let answer = String::from_utf8_lossy(&answer);
-    assert!(answer.starts_with("HTTP/1.1 100"), "{answer}");
-    let sent = format!(
-        r#"{{"model":"gpt-4o-mini","messages":[{}"#,
-        short_messages(MIB * 15 / 16 / 34)
-    );
-    held.write_all(sent.as_bytes()).await.expect("writes");
-    wait_until(PATIENCE, "the proxy read what was sent", || async {
-        weight_in_flight(app).await >= sent.len() as f64
-    })
+    let held = raw_client::start_request(&app.address, &head, body.as_bytes()).await;
+    wait_until(
+        PATIENCE,
+        "the held body waiting at the upstream",
+        || async { app.upstream.scripts_pending() == 0 },
+    )
     .await;
     held
 }
 
-/// Limits where a 1 MiB body fits alone, and the held one plus a 600 KB
-/// body of short messages pass the part large bodies may use (7/8).
+/// Limits where a 1 MiB body fits alone whatever its shape (the floor is
+/// about 1.8 MiB of weight, and large bodies may use that much), and the
+/// held body (about 1.1 MiB of weight) plus an 800 KB body of short
+/// messages (about 0.9) pass it, while one of a long string (0.2) does not.
 fn tight_budget() -> serde_json::Value {
     json!({"max_body_bytes": MIB, "server": {"max_inflight_body_bytes": 2 * MIB}})
 }
@@ -117,13 +102,14 @@ fn tight_budget() -> serde_json::Value {
 async fn a_chat_body_past_the_budget_is_a_503_with_retry_after_and_a_small_one_is_served() {
     let app = spawn_app(tight_budget()).await;
     let held = body_in_flight(&app).await;
+    let reached_before = app.upstream.chat_requests().len();
 
     let started = Instant::now();
     let openai = raw_post(
         &app,
         "/v1/chat/completions",
         &format!("authorization: Bearer {OPENAI_KEY}"),
-        &heavy_chat_body(600 * 1024),
+        &heavy_chat_body(800 * 1024),
     )
     .await;
     assert_eq!(openai.status(), 503, "{}", openai.0);
@@ -136,7 +122,7 @@ async fn a_chat_body_past_the_budget_is_a_503_with_retry_after_and_a_small_one_i
         &app,
         "/v1/messages",
         &format!("x-api-key: {ANTHROPIC_KEY}\r\nanthropic-version: 2023-06-01"),
-        &heavy_messages_body(600 * 1024),
+        &heavy_messages_body(800 * 1024),
     )
     .await;
     assert_eq!(anthropic.status(), 503, "{}", anthropic.0);
@@ -148,13 +134,13 @@ async fn a_chat_body_past_the_budget_is_a_503_with_retry_after_and_a_small_one_i
         "refused at once, not queued"
     );
 
-    // The same size in one long string costs a quarter of the memory: it
+    // The same size in one long string costs a fifth of the memory: it
     // fits beside the held body.
     let light = raw_post(
         &app,
         "/v1/chat/completions",
         &format!("authorization: Bearer {OPENAI_KEY}"),
-        &chat_body(600 * 1024),
+        &chat_body(800 * 1024),
     )
     .await;
     assert_eq!(light.status(), 200, "{}", light.0);
@@ -163,9 +149,9 @@ async fn a_chat_body_past_the_budget_is_a_503_with_retry_after_and_a_small_one_i
         "messages": [{"role": "user", "content": "still served"}]});
     let small = app.post_chat(&small).await;
     assert_eq!(small.status(), 200, "a small request fits beside it");
+    let reached = app.upstream.chat_requests().len() - reached_before;
     assert_eq!(
-        app.upstream.chat_requests().len(),
-        2,
+        reached, 2,
         "only the light and the small request reached the upstream"
     );
 
@@ -178,7 +164,7 @@ async fn a_chat_body_past_the_budget_is_a_503_with_retry_after_and_a_small_one_i
             &app,
             "/v1/chat/completions",
             &format!("authorization: Bearer {OPENAI_KEY}"),
-            &heavy_chat_body(600 * 1024),
+            &heavy_chat_body(800 * 1024),
         )
         .await;
         assert!([200, 503].contains(&after.status()), "{}", after.0);
@@ -191,7 +177,7 @@ async fn a_chat_body_past_the_budget_is_a_503_with_retry_after_and_a_small_one_i
 async fn a_chunked_chat_body_is_counted_as_it_arrives() {
     let app = spawn_app(tight_budget()).await;
     let held = body_in_flight(&app).await;
-    let body = heavy_chat_body(600 * 1024).into_bytes();
+    let body = heavy_chat_body(800 * 1024).into_bytes();
     let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
         body.chunks(64 * 1024).map(|c| Ok(c.to_vec())).collect();
     let response = app
