@@ -15,6 +15,7 @@
 //!   are branches within one.
 
 use super::{ChainHash, TenantId};
+use crate::domain::Hex32;
 use sha2::{Digest, Sha256};
 use std::fmt;
 
@@ -42,7 +43,7 @@ impl ConversationId {
     }
 
     pub fn to_hex(&self) -> String {
-        hex::encode(self.0)
+        Hex32::of(&self.0).as_str().to_owned()
     }
 
     pub fn from_hex(text: &str) -> Option<Self> {
@@ -61,7 +62,7 @@ impl ConversationId {
 /// Stored and sent as its hex form.
 impl serde::Serialize for ConversationId {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.to_hex())
+        serializer.serialize_str(Hex32::of(&self.0).as_str())
     }
 }
 
@@ -73,7 +74,7 @@ impl fmt::Debug for ConversationId {
 
 impl fmt::Display for ConversationId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_hex())
+        f.write_str(Hex32::of(&self.0).as_str())
     }
 }
 

@@ -2,6 +2,7 @@
 //!
 //! A tenant is a digest of the caller's credential, never the credential.
 
+use crate::domain::Hex32;
 use sha2::{Digest, Sha256};
 use std::fmt;
 
@@ -18,7 +19,7 @@ impl TenantId {
         hasher.update(salt);
         hasher.update(b"\0");
         hasher.update(credential.unwrap_or_default());
-        Self(hex::encode(hasher.finalize()))
+        Self(Hex32::of(&hasher.finalize().into()).as_str().to_owned())
     }
 
     /// Rebuilds a tenant id read back from storage.

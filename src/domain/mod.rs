@@ -14,7 +14,7 @@ mod trim;
 mod usage;
 
 pub use compaction::Compaction;
-pub use hash::{ChainHash, SHORT_ID_CHARS};
+pub use hash::{ChainHash, Hex32, SHORT_ID_CHARS};
 pub use outcome::{CompactionFailure, Trigger};
 pub use trim::TrimRecord;
 pub use usage::Usage;

@@ -259,7 +259,7 @@ fn json_rows<T: Serialize>(rows: &[T]) -> Result<String, sqlx::Error> {
 }
 /// Serializes a chain hash as the hex text the hash columns hold.
 pub(super) fn hex<S: Serializer>(hash: &ChainHash, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&hash.to_hex())
+    serializer.serialize_str(hash.hex().as_str())
 }
 
 /// [`hex`] for a hash that may be absent.
