@@ -101,6 +101,10 @@ pub struct Changed {
 
 #[derive(Default)]
 struct Entry {
+    /// The model's configured and documented windows, read once: neither
+    /// changes while the process runs.
+    configured: Option<u64>,
+    documented: Option<u64>,
     windows: Windows,
     rates: Rates,
     ignores_output: bool,
@@ -135,7 +139,24 @@ impl Entry {
 
 pub struct SizeBook {
     configured: HashMap<String, u64>,
-    entries: Mutex<HashMap<(String, String), Entry>>,
+    entries: Mutex<Entries>,
+}
+
+/// The entries by (upstream, model). The book is read on every request, so
+/// it is looked up by borrowed names ([`Names`]), not by a key of two
+/// `String`s built for the look-up, and hashed with foldhash (hashbrown's
+/// default): model names come from clients, but its seed is the process's
+/// own and the book holds at most [`MAX_MODELS`].
+type Entries = hashbrown::HashMap<(String, String), Entry>;
+
+/// `(upstream, model)`, borrowed: hashes as the owned key does.
+#[derive(Hash)]
+struct Names<'a>(&'a str, &'a str);
+
+impl hashbrown::Equivalent<(String, String)> for Names<'_> {
+    fn equivalent(&self, (upstream, model): &(String, String)) -> bool {
+        self.0 == upstream && self.1 == model
+    }
 }
 
 /// The outcome of a look-up.
@@ -150,24 +171,19 @@ impl SizeBook {
     pub fn new(configured: HashMap<String, u64>) -> Self {
         Self {
             configured,
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(Entries::default()),
         }
     }
 
     /// What `tenant` knows of `model`.
     pub fn lookup(&self, upstream: &str, model: &str, tenant: &TenantId) -> Lookup {
-        let mut entries = self.lock();
-        let key = (upstream.to_string(), model.to_string());
-        let first_sight = !entries.contains_key(&key);
-        if first_sight {
-            make_room(&mut entries);
-        }
-        let entry = entries.entry(key).or_default();
-        entry.used_at = Some(Instant::now());
-        Lookup {
-            size: self.view(model, entry, tenant),
-            first_sight,
-        }
+        self.with_entry(upstream, model, |entry, first_sight| {
+            entry.used_at = Some(Instant::now());
+            Lookup {
+                size: view(entry, tenant),
+                first_sight,
+            }
+        })
     }
 
     /// Fills in what the store knows and memory does not yet.
@@ -225,10 +241,7 @@ impl SizeBook {
 
     /// The output-limit field `model` takes, when a refusal showed it.
     pub fn output_field(&self, upstream: &str, model: &str) -> Option<OutputField> {
-        let entries = self.lock();
-        entries
-            .get(&(upstream.to_string(), model.to_string()))?
-            .output_field
+        self.lock().get(&Names(upstream, model))?.output_field
     }
 
     /// The output-limit field `model` takes, as a refusal showed.
@@ -248,9 +261,9 @@ impl SizeBook {
         now: Instant,
     ) -> Option<Changed> {
         let mut entries = self.lock();
-        let entry = entries.get_mut(&(upstream.to_string(), model.to_string()))?;
+        let entry = entries.get_mut(&Names(upstream, model))?;
         entry.answered_tokens = entry.answered_tokens.max(input_tokens);
-        let window = self.view(model, entry, tenant).evidence_window();
+        let window = view(entry, tenant).evidence_window();
         let beyond_window =
             window.is_some_and(|w| input_tokens.saturating_add(requested_output) > w);
         let learned_ignoring = requested_output > 0 && beyond_window && !entry.ignores_output;
@@ -266,39 +279,33 @@ impl SizeBook {
         })
     }
 
-    /// A learned window never goes below a configured one; configuration
-    /// wins over the documented window.
-    fn view(&self, model: &str, entry: &Entry, tenant: &TenantId) -> ModelSize {
-        let learned = entry.windows.for_tenant(tenant);
-        let configured = self.configured.get(model).copied();
-        let window = match (learned, configured) {
-            (Some(learned), Some(configured)) if learned > configured => {
-                Some((learned, SizeSource::Learned))
-            }
-            (_, Some(configured)) => Some((configured, SizeSource::Config)),
-            (Some(learned), None) => Some((learned, SizeSource::Learned)),
-            (None, None) => documented_window(model).map(|w| (w, SizeSource::Documented)),
-        };
-        ModelSize {
-            window,
-            calibration: entry.rates.for_tenant(tenant),
-            ignores_output: entry.ignores_output,
-            answered_tokens: entry.answered_tokens,
-            output_field: entry.output_field,
-            ceiling: entry.ceiling,
-        }
-    }
-
     fn update<T>(&self, upstream: &str, model: &str, change: impl FnOnce(&mut Entry) -> T) -> T {
-        let mut entries = self.lock();
-        let key = (upstream.to_string(), model.to_string());
-        if !entries.contains_key(&key) {
-            make_room(&mut entries);
-        }
-        change(entries.entry(key).or_default())
+        self.with_entry(upstream, model, |entry, _| change(entry))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Entry>> {
+    /// `use_entry` on the model's entry, made on first sight (told by its
+    /// second argument).
+    fn with_entry<T>(
+        &self,
+        upstream: &str,
+        model: &str,
+        use_entry: impl FnOnce(&mut Entry, bool) -> T,
+    ) -> T {
+        let mut entries = self.lock();
+        if let Some(entry) = entries.get_mut(&Names(upstream, model)) {
+            return use_entry(entry, false);
+        }
+        make_room(&mut entries);
+        let entry = Entry {
+            configured: self.configured.get(model).copied(),
+            documented: documented_window(model),
+            ..Entry::default()
+        };
+        let key = (upstream.to_owned(), model.to_owned());
+        use_entry(entries.entry(key).insert(entry).into_mut(), true)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
         // A panic while holding this lock leaves plain numbers behind, never
         // a broken invariant: carry on with them.
         self.entries
@@ -307,7 +314,30 @@ impl SizeBook {
     }
 }
 
-fn make_room(entries: &mut HashMap<(String, String), Entry>) {
+/// What `tenant` knows of the model: a learned window never goes below a
+/// configured one; configuration wins over the documented window.
+fn view(entry: &Entry, tenant: &TenantId) -> ModelSize {
+    let learned = entry.windows.for_tenant(tenant);
+    let configured = entry.configured;
+    let window = match (learned, configured) {
+        (Some(learned), Some(configured)) if learned > configured => {
+            Some((learned, SizeSource::Learned))
+        }
+        (_, Some(configured)) => Some((configured, SizeSource::Config)),
+        (Some(learned), None) => Some((learned, SizeSource::Learned)),
+        (None, None) => entry.documented.map(|w| (w, SizeSource::Documented)),
+    };
+    ModelSize {
+        window,
+        calibration: entry.rates.for_tenant(tenant),
+        ignores_output: entry.ignores_output,
+        answered_tokens: entry.answered_tokens,
+        output_field: entry.output_field,
+        ceiling: entry.ceiling,
+    }
+}
+
+fn make_room(entries: &mut Entries) {
     if entries.len() < MAX_MODELS {
         return;
     }
