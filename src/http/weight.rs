@@ -56,6 +56,8 @@ pub struct Scale {
 struct OpenString {
     length: usize,
     escapes: bool,
+    /// A part was not looked at for escapes (see [`Scale::note_escapes`]).
+    unread: bool,
     /// The last chunk ended on an odd run of backslashes: the next byte is
     /// escaped.
     escaping: bool,
@@ -95,7 +97,8 @@ impl Scale {
 
     /// Follows an open string through `chunk`; what is left after it. Its
     /// end is the first quote after an even run of backslashes; an escape
-    /// is any backslash, looked for once per string and chunk.
+    /// is any backslash, looked for once per string and chunk, and only in
+    /// a string that would be the longest with escapes.
     fn in_string<'a>(&mut self, mut open: OpenString, chunk: &'a [u8]) -> &'a [u8] {
         let mut from = 0;
         while let Some(found) = memchr::memchr(b'"', &chunk[from..]) {
@@ -104,15 +107,31 @@ impl Scale {
                 from = quote + 1;
                 continue;
             }
-            open.escapes = open.escapes || memchr::memchr(b'\\', &chunk[..quote]).is_some();
+            self.note_escapes(&mut open, &chunk[..quote]);
             open.length += quote;
             self.closed(open);
             return &chunk[quote + 1..];
         }
-        open.escapes = open.escapes || memchr::memchr(b'\\', chunk).is_some();
+        self.note_escapes(&mut open, chunk);
         open.escaping = escaped(chunk, open.escaping);
         open.length += chunk.len();
         self.still_open(open, &[])
+    }
+
+    /// Notes whether `open`, going on with `more`, has escapes, where it
+    /// matters: a string no longer than the longest with escapes so far
+    /// changes nothing, and most strings of a body are not, so most are
+    /// not read twice. A part left unread counts as escaped once the string
+    /// grows past the longest: the scratch is over-weighed, never under.
+    fn note_escapes(&self, open: &mut OpenString, more: &[u8]) {
+        if open.escapes {
+            return;
+        }
+        if open.length + more.len() <= self.longest_escaped {
+            open.unread = true;
+            return;
+        }
+        open.escapes = open.unread || memchr::memchr(b'\\', more).is_some();
     }
 
     /// A string that goes on in the next chunk: weighed as far as it came.
@@ -248,6 +267,21 @@ mod tests {
             assert_eq!(scale.longest_escaped, Scale::default().longest(&body));
         }
         assert!(whole > 0);
+    }
+
+    #[test]
+    fn an_escape_in_a_part_skipped_still_counts_once_the_string_is_longest() {
+        let long = format!(r#"\n{}"#, "a".repeat(100));
+        let body = format!(r#"{{"messages":["\"short\"","{long}"]}}"#).into_bytes();
+        let whole = Scale::default().longest(&body);
+        assert_eq!(whole, long.len());
+        for size in [1, 2, 3, 7, 16, 64] {
+            let mut scale = Scale::default();
+            body.chunks(size).for_each(|chunk| {
+                scale.scan(chunk);
+            });
+            assert_eq!(scale.longest_escaped, whole, "chunks of {size}");
+        }
     }
 
     #[test]
