@@ -119,10 +119,12 @@ impl Sizes {
         if input_tokens == 0 || sent_bytes == 0 {
             return false;
         }
-        let before = self.book.lookup(upstream, model, tenant).size.calibration;
+        let size = self.book.lookup(upstream, model, tenant).size;
+        let before = size.calibration;
         let estimate = before.unwrap_or_default().tokens(sent_bytes);
         if text_only && silently_truncated(estimate, input_tokens, cached_tokens) {
-            self.note_truncation((upstream, model), tenant, estimate, input_tokens);
+            let known = size.evidence_window() == Some(input_tokens);
+            self.note_truncation((upstream, model), tenant, (estimate, input_tokens), known);
             return true;
         }
         if let Some(before) = before {
@@ -145,15 +147,27 @@ impl Sizes {
     /// The upstream kept `kept` of an estimated `estimate` tokens and
     /// answered as if nothing happened (Ollama, llama.cpp with context
     /// shift): what it kept is its window for this tenant from now on.
-    fn note_truncation(&self, key: (&str, &str), tenant: &TenantId, estimate: u64, kept: u64) {
+    /// Told once (`known`: the window already is what it kept), counted
+    /// every time.
+    fn note_truncation(
+        &self,
+        key: (&str, &str),
+        tenant: &TenantId,
+        (estimate, kept): (u64, u64),
+        known: bool,
+    ) {
         metrics::counter!("condenser_silent_truncations_total").increment(1);
-        tracing::warn!(
-            upstream = key.0,
-            model = key.1,
-            estimate,
-            kept,
-            "the upstream cut the prompt without saying so: compacting before sending from now on"
-        );
+        if known {
+            tracing::debug!(estimate, kept, "the upstream cut the prompt again");
+        } else {
+            tracing::warn!(
+                upstream = key.0,
+                model = key.1,
+                estimate,
+                kept,
+                "the upstream cut the prompt without saying so: compacting before sending from now on"
+            );
+        }
         let changed = self
             .book
             .learn_overflow(key, tenant, Some(kept), false, None);
