@@ -8,7 +8,7 @@
 //! budget, for as long as it likes. Each is a 4xx in the protocol's shape.
 
 use super::budget::{BodyBudget, Lease};
-use super::weight::{weigh_bytes, Scale};
+use super::weight::{most, weigh_bytes, Scale};
 use crate::error::{caused_by, ProxyError};
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
@@ -35,8 +35,10 @@ pub struct Bounds {
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Reads a chat body whole within `bounds`, holding a lease of `budget`
-/// for its weight (`http/weight.rs`): its bytes' up front when
-/// `declared`, the rest as they come (all of it for an undeclared body).
+/// for its weight (`http/weight.rs`): the most it can weigh, up front,
+/// when it is `declared` and the budget is quiet; else its bytes' up
+/// front when `declared`, the rest as they come (all of it for an
+/// undeclared body).
 pub async fn read_chat_body(
     body: Body,
     declared: Option<usize>,
@@ -48,10 +50,15 @@ pub async fn read_chat_body(
             limit: bounds.max_bytes,
         });
     }
-    let Some(mut lease) = budget.lease(weigh_bytes(declared.unwrap_or(0))) else {
-        return Err(overloaded());
+    let unweighed = declared.and_then(|length| budget.lease_unweighed(most(length)));
+    let (mut lease, scale) = match unweighed {
+        Some(lease) => (lease, None),
+        None => match budget.lease(weigh_bytes(declared.unwrap_or(0))) {
+            Some(lease) => (lease, Some(Scale::default())),
+            None => return Err(overloaded()),
+        },
     };
-    let reading = collect(body, declared, bounds.max_bytes, &mut lease);
+    let reading = collect(body, declared, bounds.max_bytes, &mut lease, scale);
     match tokio::time::timeout_at(bounds.deadline, reading).await {
         Ok(Ok(bytes)) => Ok((bytes, lease)),
         Ok(Err(error)) => Err(error),
@@ -69,25 +76,26 @@ fn overloaded() -> ProxyError {
 }
 
 /// The body's bytes in one buffer, sized up front when its length is
-/// declared (its lease already covers the bytes); the lease grows chunk
-/// by chunk with what the chunk's values and strings weigh, and its bytes'
-/// when undeclared.
+/// declared (its lease already covers the bytes); with a `scale`, the
+/// lease grows chunk by chunk with what the chunk's values and strings
+/// weigh, and its bytes' when undeclared.
 async fn collect(
     body: Body,
     declared: Option<usize>,
     limit: usize,
     lease: &mut Lease,
+    mut scale: Option<Scale>,
 ) -> Result<Bytes, ProxyError> {
     let mut body = Limited::new(body, limit);
     let mut buffer = BytesMut::with_capacity(declared.unwrap_or(0));
-    let mut scale = Scale::default();
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|error| read_error(error, limit))?;
         let Ok(data) = frame.into_data() else {
             continue;
         };
         let bytes = if declared.is_some() { 0 } else { data.len() };
-        let weight = weigh_bytes(bytes) + scale.add(&data);
+        let values = scale.as_mut().map_or(0, |scale| scale.add(&data));
+        let weight = weigh_bytes(bytes) + values;
         if !lease.grow(weight) {
             return Err(overloaded());
         }

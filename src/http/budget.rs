@@ -12,7 +12,9 @@
 //! ready: that is as long as the pipeline holds the body.
 //!
 //! A body with a `Content-Length` takes the weight of its bytes before a
-//! byte is read, and what its values weigh as they arrive. A chunked body
+//! byte is read, and what its values weigh as they arrive; while the
+//! budget is within its first eighth, it takes the most its length can
+//! weigh instead and is not weighed at all. A chunked body
 //! declares nothing, so its whole lease grows as its bytes arrive:
 //! reserving the largest allowed body for every chunked request would
 //! refuse small ones for nothing, and counting as it reads keeps the
@@ -68,6 +70,19 @@ impl BodyBudget {
 
     pub fn limit(&self) -> usize {
         self.limit
+    }
+
+    /// A lease of the most a body can weigh ([`super::weight::most`]) while
+    /// that keeps the budget within its first eighth, so the body need not
+    /// be weighed as it arrives: the scan would cost a quiet instance a
+    /// third of what its 800 KB histories add (bench/README.md, "Work that
+    /// was never new"). Past that eighth, bodies are weighed and none is
+    /// over-counted.
+    pub fn lease_unweighed(self: &Arc<Self>, most: usize) -> Option<Lease> {
+        let quiet = self.used.load(Ordering::Acquire).saturating_add(most);
+        (quiet <= self.limit / SMALL_SHARE)
+            .then(|| self.lease(most))
+            .flatten()
     }
 
     /// A lease of `bytes`, or `None` when they would pass the budget.
@@ -177,6 +192,27 @@ mod tests {
         let small: Vec<_> = (0..2).filter_map(|_| budget.lease(MIB)).collect();
         assert_eq!(small.len(), 2, "small bodies use the reserve");
         assert!(budget.lease(1).is_none(), "the budget is full");
+    }
+
+    #[test]
+    fn only_a_quiet_budget_leases_bodies_unweighed() {
+        let budget = BodyBudget::new(64 * MIB, MIB);
+        let first = budget
+            .lease_unweighed(4 * MIB)
+            .expect("within the first eighth");
+        let second = budget
+            .lease_unweighed(4 * MIB)
+            .expect("8 MiB: still within");
+        assert!(
+            budget.lease_unweighed(1).is_none(),
+            "past the first eighth, bodies are weighed"
+        );
+        let weighed = budget
+            .lease(MIB)
+            .expect("the rest is there for weighed bodies");
+        assert_eq!(budget.used.load(Ordering::Acquire), 9 * MIB);
+        drop((first, second, weighed));
+        assert!(budget.lease_unweighed(8 * MIB).is_some());
     }
 
     #[test]

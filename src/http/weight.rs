@@ -184,6 +184,13 @@ pub fn weigh(body: &[u8]) -> usize {
     weigh_bytes(body.len()) + Scale::default().add(body)
 }
 
+/// The most any `bytes` can weigh, whatever their shape: a value at every
+/// byte, and all of them one string with escapes. A body leased this much
+/// need not be weighed as it comes (`http/budget.rs`).
+pub fn most(bytes: usize) -> usize {
+    weigh_bytes(bytes) + (bytes * (VALUE_COST + SCRATCH_COST)).div_ceil(WEIGHT)
+}
+
 /// The most `bytes` of a chat body weigh where its values are no denser
 /// than one every 8 bytes: the shortest message
 /// (`{"role":"user","content":""},`) starts three values in 29 bytes.
@@ -292,6 +299,21 @@ mod tests {
         // bytes a byte, weighed as such rather than at a fixed rate.
         let numbers = format!("[{}0]", "0,".repeat(MIB / 2)).into_bytes();
         assert!(weigh(&numbers) > 4 * numbers.len());
+    }
+
+    #[test]
+    fn no_body_weighs_more_than_the_most_its_size_can() {
+        let bodies = [
+            format!("[{}0]", "0,".repeat(MIB / 2)),
+            format!("{}{}", "[".repeat(MIB / 2), "]".repeat(MIB / 2)),
+            format!("[{}[]]", "[],".repeat(MIB / 3)),
+            format!(r#"["{}"]"#, "\\n".repeat(MIB / 2)),
+            String::from_utf8(messages(MIB, r#"{"role":"user","content":""}"#)).expect("ASCII"),
+        ];
+        for body in bodies {
+            assert!(weigh(body.as_bytes()) <= most(body.len()), "{}", &body[..8]);
+        }
+        assert_eq!(most(0), 0);
     }
 
     impl Scale {
