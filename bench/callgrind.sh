@@ -10,8 +10,9 @@
 # under `valgrind --tool=callgrind` on a fresh SQLite file (or Postgres
 # with BACKEND=postgres), sends WARMUP requests of WORKLOAD (identical: the
 # 1.5 KB body; history: the ~800 KB 200-message history), zeroes the
-# counters, sends REQUESTS more (16 keep-alive connections, each sending
-# its next request once answered), waits for the writer to finish, and dumps. Prints
+# counters, sends REQUESTS more (CONNECTIONS keep-alive connections, default
+# 16, each sending its next request once answered; CONNECTIONS=1 shows a
+# quiet instance, whose body budget leases bodies unweighed), waits for the writer to finish, and dumps. Prints
 # instructions per request (Ir over REQUESTS, the writer's commits
 # included) and the top functions, inclusive and exclusive, to
 # OUT (default bench/results/callgrind-<workload>-<build>.txt).
@@ -81,10 +82,11 @@ condenser=$!
 pids+=($condenser)
 for _ in $(seq 1 600); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.2; done
 
-send() { # requests: over 16 keep-alive connections, as fast as answered
-  python3 - "$port" "$body" "$1" <<'PY'
+send() { # requests: over CONNECTIONS keep-alive connections, as fast as answered
+  python3 - "$port" "$body" "$1" "${CONNECTIONS:-16}" <<'PY'
 import http.client, json, sys, threading
 port, body, total = int(sys.argv[1]), open(sys.argv[2], "rb").read(), int(sys.argv[3])
+connections = int(sys.argv[4])
 lock, counts = threading.Lock(), {"next": 0, "ok": 0, "degraded": 0}
 def worker():
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
@@ -102,7 +104,7 @@ def worker():
                 counts["ok"] += 1
                 # Served without storing: the figure would leave out the writes.
                 counts["degraded"] += response.getheader("x-condenser-degraded") is not None
-threads = [threading.Thread(target=worker) for _ in range(16)]
+threads = [threading.Thread(target=worker) for _ in range(connections)]
 for t in threads: t.start()
 for t in threads: t.join()
 print(json.dumps({"ok": counts["ok"], "degraded": counts["degraded"]}))
