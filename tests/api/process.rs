@@ -352,3 +352,43 @@ fn check_config_shows_no_secret() {
     );
     assert!(printed.contains(r#"tenant_salt: "REDACTED""#), "{printed}");
 }
+
+/// A server that cuts what passes its window and answers (Ollama's `/v1`)
+/// makes every re-send of a history it cannot hold plan the same
+/// compaction, which cannot help: said once at info, then, remembered, at
+/// debug, or an agent re-sending its history would log two info lines a
+/// request for as long as it runs.
+#[tokio::test]
+async fn an_unhelpful_compaction_is_told_at_info_once() {
+    let fake = FakeUpstream::start(FakeConfig {
+        silent_truncation: true,
+        default_context_window: 2_000,
+        ..FakeConfig::default()
+    })
+    .await;
+    let mut proxy = ProxyProcess::start(&[("CONDENSER_OPENAI_BASE_URL", &fake.openai_base_url())]);
+    // One user message larger than the window: nothing to compact.
+    let text = crate::helpers::agent::filler(24_000, 1);
+    let request = serde_json::json!({
+        "model": "gpt-4o-mini",
+        "messages": [{"role": "user", "content": text}],
+    });
+    for _ in 0..4 {
+        let response = post_chat(&proxy, &request).await;
+        assert_eq!(response.status(), 200);
+        response.bytes().await.expect("whole body");
+    }
+    assert!(proxy.stop().success(), "{}", proxy.log_text());
+    let logs = proxy.log_text();
+    let told = |level: &str| {
+        logs.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|line| line["message"] == "no compaction before sending: sending as it is")
+            .filter(|line| line["level"] == level)
+            .count()
+    };
+    // The first request learns the window the server keeps; each of the
+    // other three plans a compaction before sending, and none can help.
+    assert_eq!(told("INFO"), 1, "{logs}");
+    assert_eq!(told("DEBUG"), 2, "{logs}");
+}

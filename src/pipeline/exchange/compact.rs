@@ -56,9 +56,19 @@ impl Exchange {
             .compact(current, signal, sent_bytes, trigger)
             .instrument(span.clone())
             .await;
+        let remembered = self.failure_remembered;
         let compaction = compacted.map_err(|error| {
-            genai::compaction_failed(&span, error.kind().as_str());
-            tracing::info!(error.kind = error.kind().as_str(), error.message = %error, ?trigger, "compaction not made");
+            let kind = error.kind().as_str();
+            genai::compaction_failed(&span, kind);
+            let message = "compaction not made";
+            match remembered {
+                true => {
+                    tracing::debug!(error.kind = kind, error.message = %error, ?trigger, message)
+                }
+                false => {
+                    tracing::info!(error.kind = kind, error.message = %error, ?trigger, message)
+                }
+            }
             error.kind()
         })?;
         self.report.compactions = budget.spent();
@@ -212,7 +222,9 @@ impl Exchange {
             calls_made: Default::default(),
             used: Default::default(),
         };
-        let planned = self.prepare(&sizing, &summarizer, &job)?;
+        let (planned, remembered) = self.prepare(&sizing, &summarizer, &job);
+        self.failure_remembered = remembered;
+        let planned = planned?;
         let persist = &mut self.persist;
         let mut covered = CoveredMessages {
             persist,
@@ -227,24 +239,26 @@ impl Exchange {
     /// [`compaction::prepare`], unless the same proactive compaction of the
     /// same request was planned before and failed: planning parses and
     /// weighs every message, and an unhelpful one would otherwise cost a
-    /// re-sent history that much on every request (`FailedPlans`).
+    /// re-sent history that much on every request (`FailedPlans`). True
+    /// beside a failure remembered so.
     fn prepare(
         &self,
         sizing: &Sizing,
         summarizer: &Summarizer<'_>,
         job: &compaction::Job<'_>,
-    ) -> Result<compaction::Planned, CompactionError> {
+    ) -> (Result<compaction::Planned, CompactionError>, bool) {
         // An overflow is the upstream's word, not an estimate: always planned.
         if job.trigger != Trigger::Proactive {
-            return compaction::prepare(sizing, summarizer, job);
+            return (compaction::prepare(sizing, summarizer, job), false);
         }
         let key = plan_key(sizing, summarizer, job);
         let failed = &self.state.failed_plans;
         if let Some(error) = failed.get(key) {
-            return Err(error);
+            return (Err(error), true);
         }
-        compaction::prepare(sizing, summarizer, job)
-            .inspect_err(|error| failed.remember(key, error))
+        let planned = compaction::prepare(sizing, summarizer, job)
+            .inspect_err(|error| failed.remember(key, error));
+        (planned, false)
     }
 
     /// Summary calls sized to the summarizer's own window when another

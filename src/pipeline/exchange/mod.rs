@@ -86,6 +86,11 @@ pub struct Exchange {
     /// Set while compacting to below the client's own threshold: the
     /// plan aims at it, the summary calls at the model's window.
     below_threshold: bool,
+    /// The last compaction failed as an earlier request's identical plan
+    /// did (`FailedPlans`): said then, so logged at debug now. A server
+    /// that keeps 400 tokens of a re-sent history would otherwise log two
+    /// info lines on every request for as long as the history is sent.
+    failure_remembered: bool,
 }
 
 /// What one attempt upstream came to.
@@ -127,6 +132,7 @@ impl Exchange {
             lead: None,
             fallback: None,
             below_threshold: false,
+            failure_remembered: false,
         }
     }
 
@@ -217,13 +223,16 @@ impl Exchange {
         let proactive = Trigger::Proactive;
         let compacted =
             Box::pin(self.compact_within(budget, current, &signal, sent_bytes, proactive)).await;
+        let remembered = self.failure_remembered;
         compacted
             // The estimate may be wrong: let the upstream decide.
             .inspect_err(|kind| {
-                tracing::info!(
-                    error.kind = kind.as_str(),
-                    "no compaction before sending: sending as it is"
-                )
+                let kind = kind.as_str();
+                let message = "no compaction before sending: sending as it is";
+                match remembered {
+                    true => tracing::debug!(error.kind = kind, message),
+                    false => tracing::info!(error.kind = kind, message),
+                }
             })
             .ok()
     }
