@@ -18,6 +18,7 @@ CONNECTIONS="${CONNECTIONS:-64}"      # keep-alive connections of the load gener
 WARMUP="${WARMUP:-1}"                 # seconds, before every row, not measured
 MAX_SEARCH="${MAX_SEARCH:-1}"         # 0: skip the maximum-rate search
 MAX_DURATION="${MAX_DURATION:-5}"     # seconds per step of the search
+MAX_STEPS="${MAX_STEPS:-2}"           # bisection steps: the maximum is found within 2^(1/2^MAX_STEPS)
 MAX_RATE_CAP="${MAX_RATE_CAP:-20000}"
 P99_BOUND_MS="${P99_BOUND_MS:-50}"    # sustained: p99 at most this ...
 MIN_ACHIEVED="${MIN_ACHIEVED:-0.95}"  # ... achieved at least this share of offered, errors <= 0.1 %
@@ -252,7 +253,7 @@ row() { # workload target rate phase seconds; appends one line to $work/rows.jso
 sustained() { python3 bench/hotpath_report.py sustained "$work/rows.jsonl" "$1" "$2" "$3" "$P99_BOUND_MS" "$MIN_ACHIEVED"; }
 
 # Maximum sustained rate: from the fixed-rate rows (RATES ascending), double
-# the rate until a step is not sustained (or MAX_RATE_CAP), then two
+# the rate until a step is not sustained (or MAX_RATE_CAP), then MAX_STEPS
 # bisection steps between the last sustained rate and the first that was not.
 search_max() { # workload target
   local workload="$1" target="$2" low=0 high=0 rate
@@ -271,7 +272,7 @@ search_max() { # workload target
     done
   fi
   [ "$high" = 0 ] && return 0
-  for _ in 1 2; do
+  for _ in $(seq 1 "$MAX_STEPS"); do
     [ "$low" = 0 ] && rate=$((high / 2)) || rate="$(python3 -c "print(round(($low * $high) ** 0.5 / 10) * 10)")"
     { [ "$rate" -le "$low" ] || [ "$rate" -ge "$high" ]; } && break
     row "$workload" "$target" "$rate" max "$MAX_DURATION"
@@ -297,7 +298,7 @@ done
 commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src migrations Cargo.toml Cargo.lock || echo '+changes') (src last changed in $(git log -1 --format=%h -- src))"
 python3 bench/hotpath_report.py report "$work/rows.jsonl" "$OUT" "$(getconf CLK_TCK)" \
   "$commit" "$P99_BOUND_MS" "$MIN_ACHIEVED" "$(( $(date +%s) - started ))" \
-  "DURATION=$DURATION RATES='$RATES' HISTORY_RATE=$HISTORY_RATE CONNECTIONS=$CONNECTIONS MAX_DURATION=$MAX_DURATION BASELINE_BIN=$BASELINE_BIN GROWING_ARGS=$GROWING_ARGS PG_PARAMS=$PG_PARAMS; load average at start $load_start, at end $(cut -d' ' -f1-3 /proc/loadavg)"
+  "DURATION=$DURATION RATES='$RATES' HISTORY_RATE=$HISTORY_RATE CONNECTIONS=$CONNECTIONS MAX_DURATION=$MAX_DURATION MAX_STEPS=$MAX_STEPS BASELINE_BIN=$BASELINE_BIN GROWING_ARGS=$GROWING_ARGS PG_PARAMS=$PG_PARAMS; load average at start $load_start, at end $(cut -d' ' -f1-3 /proc/loadavg)"
 if grep -q . "$work/loadgen.err"; then
   echo "hotpath: load generator messages (first 10):" >&2
   sort "$work/loadgen.err" | uniq -c | sort -rn | head -10 >&2
