@@ -198,9 +198,14 @@ settle() { # target
 # them in production. Without them (a server with autovacuum off, like the
 # test one, or a young table) the planner can take the stored-prefix lookup
 # through messages_tenant_parent and read all of a tenant's messages.
+#
+# And a checkpoint: the rows share one Postgres server, and an earlier row's
+# writes (a maximum-rate step far past the limit writes hundreds of MB of
+# WAL) would otherwise be flushed by a checkpoint during whichever row runs
+# next, charging its p99 with another target's work.
 analyze() { # target
   case "$1" in *postgres) ;; *) return 0 ;; esac
-  psql -q "$PGURL/$(database_for "$1")" -c analyze >/dev/null
+  psql -q "$PGURL/$(database_for "$1")" -c analyze -c checkpoint >/dev/null
 }
 
 body_args() { # workload
