@@ -194,18 +194,22 @@ settle() { # target
   echo "hotpath: $1 still busy after 20 s" >&2
 }
 
-# Fresh statistics for the target's Postgres database, as autovacuum keeps
-# them in production. Without them (a server with autovacuum off, like the
-# test one, or a young table) the planner can take the stored-prefix lookup
-# through messages_tenant_parent and read all of a tenant's messages.
+# Before every Postgres row, what autovacuum does in production: fresh
+# statistics and dead rows reclaimed. The test server runs with autovacuum
+# off, and without them the planner can take the stored-prefix lookup
+# through messages_tenant_parent and read all of a tenant's messages, and a
+# maximum-rate step far past the limit leaves tens of thousands of dead
+# rows (pruned requests, superseded versions of rolled-up rows) for every
+# later row's index scans to step over: the search's result then depended on how
+# many overloaded steps came before it.
 #
 # And a checkpoint: the rows share one Postgres server, and an earlier row's
-# writes (a maximum-rate step far past the limit writes hundreds of MB of
-# WAL) would otherwise be flushed by a checkpoint during whichever row runs
-# next, charging its p99 with another target's work.
+# writes (such a step writes hundreds of MB of WAL) would otherwise be
+# flushed by a checkpoint during whichever row runs next, charging its p99
+# with another target's work.
 analyze() { # target
   case "$1" in *postgres) ;; *) return 0 ;; esac
-  psql -q "$PGURL/$(database_for "$1")" -c analyze -c checkpoint >/dev/null
+  psql -q "$PGURL/$(database_for "$1")" -c "vacuum analyze" -c checkpoint >/dev/null
 }
 
 body_args() { # workload
