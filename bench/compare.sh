@@ -14,7 +14,10 @@
 # against the acceptance bounds of issue 43 (added p50 within +20 µs, added
 # p99 within 1.2x, maximum rate at least 95 %, history added p50 within
 # 1.1x). Not in CI; timings are only as steady as the machine (see "Current
-# figures" in bench/README.md). About 20 minutes on the 2-core machine.
+# figures" in bench/README.md): on the 2-core machine a build compared with
+# itself misses about 4 of the 16 bounds a run ("Whole-program
+# optimization" there), so read a miss in one round against the other.
+# About 20 minutes on the 2-core machine.
 #
 # Settings (environment): ROUNDS (2), DURATION (8 s per fixed row),
 # MAX_DURATION (4 s per search step), MAX_SEARCH (1; 0 skips the search),
