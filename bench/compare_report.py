@@ -8,9 +8,15 @@ the baseline's, added p99 within 1.2x, maximum sustained rate at least 95 %
 of the baseline's, the history's added p50 within 1.1x. A bound missed by
 less than the run's noise (direct's own p50 spread, hey/loadgen's 1 µs
 resolution aside) is printed as missed all the same: read the rows.
+
+With REPEATS, a fixed-rate row ran several times in a round, each time
+right after direct's; every figure here is the median over the repeats of
+that repeat's figure (a build's added p50 is its p50 less direct's in the
+same repeat), so one stall in one row does not decide a bound.
 """
 
 import json
+import statistics
 import sys
 
 
@@ -18,11 +24,20 @@ def rows_of(result):
     return result["rows"]
 
 
+def median_of(rows, field):
+    values = [row[field] for row in rows if row[field] is not None]
+    return None if not values else round(statistics.median(values), 3)
+
+
 def find(rows, workload, target, phase="fixed"):
-    for row in rows:
-        if (row["workload"], row["target"], row["phase"]) == (workload, target, phase):
-            return row
-    return None
+    """The fixed rows of one target, as one row of medians over repeats."""
+    mine = [row for row in rows if (row["workload"], row["target"], row["phase"]) == (workload, target, phase)]
+    if not mine:
+        return None
+    fields = ("added_p50_us", "added_p99_us", "cpu_ms_per_request", "p50_us")
+    merged = {field: median_of(mine, field) for field in fields}
+    merged["offered_rate"], merged["repeats"] = mine[0]["offered_rate"], len(mine)
+    return merged
 
 
 def ratio(this, base):
@@ -94,7 +109,11 @@ def main(paths):
                     print(f"| {number} | {backend} | {workload}, CPU ms/request | {b['cpu_ms_per_request']:.3f} "
                           f"| {a['cpu_ms_per_request']:.3f} | {fmt_ratio(ratio(a['cpu_ms_per_request'], b['cpu_ms_per_request']))} | |")
         direct = [find(rows, w, "direct") for w in ("identical", "history")]
-        spread = ", ".join(f"{w} p50 {d['p50_us']:,} µs" for w, d in zip(("small", "history"), direct) if d)
+        spread = ", ".join(
+            f"{w} p50 {d['p50_us']:,.0f} µs ({d['repeats']} run{'s' if d['repeats'] > 1 else ''}, median)"
+            for w, d in zip(("small", "history"), direct)
+            if d
+        )
         print(f"| {number} | | direct (the reference) | | | {spread} | |")
         print(f"| {number} | | settings | | | {result['settings']} | |")
     print(f"\n{missed} bound(s) missed.")

@@ -20,6 +20,8 @@ MAX_SEARCH="${MAX_SEARCH:-1}"         # 0: skip the maximum-rate search
 MAX_DURATION="${MAX_DURATION:-5}"     # seconds per step of the search
 MAX_STEPS="${MAX_STEPS:-2}"           # bisection steps: the maximum is found within 2^(1/2^MAX_STEPS)
 MAX_RATE_CAP="${MAX_RATE_CAP:-20000}"
+MAX_CONFIRM="${MAX_CONFIRM:-0}"       # 1: a search step not sustained runs once more before it counts
+REPEATS="${REPEATS:-1}"               # runs of every fixed-rate row, the targets' order turning (see below)
 P99_BOUND_MS="${P99_BOUND_MS:-50}"    # sustained: p99 at most this ...
 MIN_ACHIEVED="${MIN_ACHIEVED:-0.95}"  # ... achieved at least this share of offered, errors <= 0.1 %
 PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
@@ -236,8 +238,8 @@ load() { # workload target rate seconds out [loadgen args...]
     --connections "$CONNECTIONS" "${args[@]}" "${@:6}" >"$5" 2>>"$work/loadgen.err"
 }
 scheduled() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["scheduled"])' "$1"; }
-row() { # workload target rate phase seconds; appends one line to $work/rows.jsonl
-  local workload="$1" target="$2" rate="$3" phase="$4" seconds="$5" extra=()
+row() { # workload target rate phase seconds [repeat]; appends one line to $work/rows.jsonl
+  local workload="$1" target="$2" rate="$3" phase="$4" seconds="$5" repeat="${6:-1}" extra=()
   if [ "$workload" = growing ] || [ "$workload" = passthrough ]; then
     # Warm-up: one request per conversation (the first sight of each
     # conversation's staggered history); the measured run continues them.
@@ -254,12 +256,27 @@ row() { # workload target rate phase seconds; appends one line to $work/rows.jso
   local out="$work/run-$workload-$target-$rate-$phase.json"
   load "$workload" "$target" "$rate" "$seconds" "$out" "${extra[@]}"
   local after db_after; after="$(proxy_ticks "$target")"; db_after="$(db_ticks "$target")"
-  python3 bench/hotpath_report.py row "$workload" "$target" "$rate" "$phase" \
+  python3 bench/hotpath_report.py row "$workload" "$target" "$rate" "$phase" "$repeat" \
     "$((after - before))" "$db_before" "$db_after" "$out" >>"$work/rows.jsonl"
   python3 bench/hotpath_report.py line "$work/rows.jsonl" >&2
   settle "$target"
 }
 sustained() { python3 bench/hotpath_report.py sustained "$work/rows.jsonl" "$1" "$2" "$3" "$P99_BOUND_MS" "$MIN_ACHIEVED"; }
+# One step of the search. With MAX_CONFIRM=1 a step that achieved its rate
+# but not the p99 bound (or had errors) runs once more, and counts as
+# sustained if the second run was: on two cores one stall (a timer, the
+# shared Postgres server flushing) can take a 4 s step's p99, and the
+# bisection never goes back above a failed rate. A step that fell short of
+# its rate is past the limit, not stalled. Both builds get the same chance.
+step() { # workload target rate; exit status: sustained or not
+  local status=0
+  row "$1" "$2" "$3" max "$MAX_DURATION"
+  sustained "$1" "$2" "$3" || status=$?
+  [ "$status" = 0 ] && return 0
+  { [ "$MAX_CONFIRM" = 1 ] && [ "$status" = 1 ]; } || return 1
+  row "$1" "$2" "$3" max "$MAX_DURATION"
+  sustained "$1" "$2" "$3"
+}
 
 # Maximum sustained rate: from the fixed-rate rows (RATES ascending), double
 # the rate until a step is not sustained (or MAX_RATE_CAP), then MAX_STEPS
@@ -276,17 +293,30 @@ search_max() { # workload target
     rate="$low"
     while [ "$high" = 0 ] && [ "$rate" -lt "$MAX_RATE_CAP" ]; do
       rate=$((rate * 2)); [ "$rate" -gt "$MAX_RATE_CAP" ] && rate="$MAX_RATE_CAP"
-      row "$workload" "$target" "$rate" max "$MAX_DURATION"
-      if sustained "$workload" "$target" "$rate"; then low="$rate"; else high="$rate"; fi
+      if step "$workload" "$target" "$rate"; then low="$rate"; else high="$rate"; fi
     done
   fi
   [ "$high" = 0 ] && return 0
   for _ in $(seq 1 "$MAX_STEPS"); do
     [ "$low" = 0 ] && rate=$((high / 2)) || rate="$(python3 -c "print(round(($low * $high) ** 0.5 / 10) * 10)")"
     { [ "$rate" -le "$low" ] || [ "$rate" -ge "$high" ]; } && break
-    row "$workload" "$target" "$rate" max "$MAX_DURATION"
-    if sustained "$workload" "$target" "$rate"; then low="$rate"; else high="$rate"; fi
+    if step "$workload" "$target" "$rate"; then low="$rate"; else high="$rate"; fi
   done
+}
+
+# The targets in the order of one repeat of a fixed-rate row: direct first
+# (every repeat's added latency is taken against direct's row of the same
+# repeat, minutes apart at most), then the others, reversed on even
+# repeats, so that no target always runs right after the same neighbour
+# or always early in a repeat.
+in_turn() { # repeat
+  local rest=("${targets[@]}") i
+  [ "${rest[0]}" = direct ] && { echo direct; rest=("${rest[@]:1}"); }
+  if [ $(($1 % 2)) = 0 ]; then
+    for ((i = ${#rest[@]} - 1; i >= 0; i--)); do echo "${rest[$i]}"; done
+  else
+    printf '%s\n' "${rest[@]}"
+  fi
 }
 
 started="$(date +%s)"
@@ -295,8 +325,10 @@ echo "hotpath: targets ${targets[*]}; workloads $WORKLOADS; $DURATION s per row;
 for workload in $WORKLOADS; do
   if [ "$workload" = history ]; then rates="$HISTORY_RATE"; else rates="$RATES"; fi
   for rate in $rates; do
-    for target in "${targets[@]}"; do
-      row "$workload" "$target" "$rate" fixed "$DURATION"
+    for repeat in $(seq 1 "$REPEATS"); do
+      for target in $(in_turn "$repeat"); do
+        row "$workload" "$target" "$rate" fixed "$DURATION" "$repeat"
+      done
     done
   done
   if [ "$MAX_SEARCH" = 1 ] && [ "$workload" != history ]; then
@@ -307,7 +339,7 @@ done
 commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src migrations Cargo.toml Cargo.lock || echo '+changes') (src last changed in $(git log -1 --format=%h -- src))"
 python3 bench/hotpath_report.py report "$work/rows.jsonl" "$OUT" "$(getconf CLK_TCK)" \
   "$commit" "$P99_BOUND_MS" "$MIN_ACHIEVED" "$(( $(date +%s) - started ))" \
-  "DURATION=$DURATION RATES='$RATES' HISTORY_RATE=$HISTORY_RATE CONNECTIONS=$CONNECTIONS MAX_DURATION=$MAX_DURATION MAX_STEPS=$MAX_STEPS BASELINE_BIN=$BASELINE_BIN GROWING_ARGS=$GROWING_ARGS PG_PARAMS=$PG_PARAMS; load average at start $load_start, at end $(cut -d' ' -f1-3 /proc/loadavg)"
+  "DURATION=$DURATION RATES='$RATES' HISTORY_RATE=$HISTORY_RATE CONNECTIONS=$CONNECTIONS MAX_DURATION=$MAX_DURATION MAX_STEPS=$MAX_STEPS MAX_CONFIRM=$MAX_CONFIRM REPEATS=$REPEATS BASELINE_BIN=$BASELINE_BIN GROWING_ARGS=$GROWING_ARGS PG_PARAMS=$PG_PARAMS; load average at start $load_start, at end $(cut -d' ' -f1-3 /proc/loadavg)"
 if grep -q . "$work/loadgen.err"; then
   echo "hotpath: load generator messages (first 10):" >&2
   sort "$work/loadgen.err" | uniq -c | sort -rn | head -10 >&2
