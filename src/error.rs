@@ -24,6 +24,10 @@ pub enum ProxyError {
     BodyTimeout,
     #[error("the request body took longer than {}s to arrive (server.body_total_timeout)", limit.as_secs_f64())]
     BodyDeadline { limit: Duration },
+    /// A body that would not fit the budget even alone: denser than any
+    /// chat body (see `http/budget.rs`).
+    #[error("the request body has too many JSON values for its size to parse within server.max_inflight_body_bytes: send fewer, larger values or split the request")]
+    BodyTooHeavy,
     #[error("too many request bytes are being read at once (server.max_inflight_body_bytes): retry after {}s", retry_after.as_secs())]
     Overloaded { retry_after: Duration },
     #[error("{0} is not supported: Condenser forwards API requests, not tunnels")]
@@ -64,7 +68,7 @@ impl ProxyError {
         match self {
             Self::UpstreamUnreachable { .. } => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => StatusCode::GATEWAY_TIMEOUT,
-            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTooLarge { .. } | Self::BodyTooHeavy => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyRead(_) | Self::BadTarget(_) => StatusCode::BAD_REQUEST,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::BodyTimeout | Self::BodyDeadline { .. } => StatusCode::REQUEST_TIMEOUT,
@@ -85,6 +89,7 @@ impl ProxyError {
             Self::UpstreamTimeout { .. } => "upstream_timeout",
             Self::UpstreamIdle { .. } => "upstream_idle",
             Self::BodyTooLarge { .. } => "body_too_large",
+            Self::BodyTooHeavy => "body_too_heavy",
             Self::BodyRead(_) => "body_read",
             Self::BodyTimeout | Self::BodyDeadline { .. } => "body_timeout",
             Self::Overloaded { .. } => "overloaded",
@@ -114,7 +119,7 @@ impl ProxyError {
     /// What kind of failure this is, in the terms error shapes tell apart.
     fn class(&self) -> ErrorClass {
         match self {
-            Self::BodyTooLarge { .. } => ErrorClass::TooLarge,
+            Self::BodyTooLarge { .. } | Self::BodyTooHeavy => ErrorClass::TooLarge,
             Self::BodyRead(_)
             | Self::MethodNotAllowed(_)
             | Self::BadTarget(_)

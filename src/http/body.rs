@@ -53,10 +53,13 @@ pub async fn read_chat_body(
     let unweighed = declared.and_then(|length| budget.lease_unweighed(most(length)));
     let (mut lease, scale) = match unweighed {
         Some(lease) => (lease, None),
-        None => match budget.lease(weigh_bytes(declared.unwrap_or(0))) {
-            Some(lease) => (lease, Some(Scale::default())),
-            None => return Err(overloaded()),
-        },
+        None => {
+            let weight = weigh_bytes(declared.unwrap_or(0));
+            match budget.lease(weight) {
+                Some(lease) => (lease, Some(Scale::default())),
+                None => return Err(refusal(budget.fits_alone(weight))),
+            }
+        }
     };
     let reading = collect(body, declared, bounds.max_bytes, &mut lease, scale);
     match tokio::time::timeout_at(bounds.deadline, reading).await {
@@ -68,7 +71,13 @@ pub async fn read_chat_body(
     }
 }
 
-fn overloaded() -> ProxyError {
+/// Why a body's weight was not leased: the budget is busy now (a 503 with
+/// `Retry-After`), or the body would not fit even alone (a 413: a retry
+/// would be refused the same way, forever).
+pub(crate) fn refusal(fits_alone: bool) -> ProxyError {
+    if !fits_alone {
+        return ProxyError::BodyTooHeavy;
+    }
     metrics::counter!("condenser_inflight_body_refused_total").increment(1);
     ProxyError::Overloaded {
         retry_after: RETRY_AFTER,
@@ -97,7 +106,7 @@ async fn collect(
         let values = scale.as_mut().map_or(0, |scale| scale.add(&data));
         let weight = weigh_bytes(bytes) + values;
         if !lease.grow(weight) {
-            return Err(overloaded());
+            return Err(refusal(lease.fits_alone(weight)));
         }
         buffer.extend_from_slice(&data);
     }

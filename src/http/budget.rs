@@ -8,7 +8,9 @@
 //! The weights of the chat bodies being read and worked on share one
 //! budget, `server.max_inflight_body_bytes`: a body that would pass it is
 //! refused at once with a 503 and `Retry-After` (clients retry those),
-//! never queued. A request holds its lease until its answer's head is
+//! never queued; one that would pass it even alone (a body of the largest
+//! size fits whatever its shape, but a smaller one can be denser than
+//! any chat body: a value every two bytes) with a 413, as no retry helps. A request holds its lease until its answer's head is
 //! ready: that is as long as the pipeline holds the body.
 //!
 //! A body with a `Content-Length` takes the weight of its bytes before a
@@ -72,6 +74,12 @@ impl BodyBudget {
         self.limit
     }
 
+    /// Whether a lease of `weight` would fit with nothing else in flight:
+    /// past that, a body is refused for good, not for now.
+    pub fn fits_alone(&self, weight: usize) -> bool {
+        weight <= self.limit - self.reserve
+    }
+
     /// A lease of the most a body can weigh ([`super::weight::most`]) while
     /// that keeps the budget within its first eighth, so the body need not
     /// be weighed as it arrives: the scan would cost a quiet instance a
@@ -124,6 +132,11 @@ impl BodyBudget {
 }
 
 impl Lease {
+    /// Whether the lease grown by `more` would fit in an idle budget.
+    pub fn fits_alone(&self, more: usize) -> bool {
+        self.budget.fits_alone(self.bytes.saturating_add(more))
+    }
+
     /// Takes `more` bytes for the same request; false when they do not fit.
     pub fn grow(&mut self, more: usize) -> bool {
         if more == 0 {
@@ -219,8 +232,11 @@ mod tests {
     fn one_largest_body_always_fits_alone() {
         let budget = BodyBudget::new(MIB, MIB);
         let heaviest = heaviest(MIB);
+        assert!(budget.fits_alone(heaviest));
         let whole = budget.lease(heaviest).expect("the largest body fits alone");
         assert!(budget.lease(1).is_none());
+        assert!(whole.fits_alone(0), "refused for now, not for good");
+        assert!(!whole.fits_alone(1), "one byte heavier never fits");
         drop(whole);
         let mut growing = budget.lease(0).expect("an empty lease");
         assert!(growing.grow(heaviest));

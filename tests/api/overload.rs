@@ -173,6 +173,61 @@ async fn a_chat_body_past_the_budget_is_a_503_with_retry_after_and_a_small_one_i
     .await;
 }
 
+/// A body no chat client writes: a number every two bytes, each a node of
+/// the parsed tree. At 800 KB it weighs about three times what one body
+/// may hold in the tight budget, so it is refused for good, not for now.
+fn dense_chat_body(size: usize) -> String {
+    let numbers = vec!["1"; size / 2].join(",");
+    format!(r#"{{"model":"gpt-4o-mini","messages":[{{"role":"user","content":[{numbers}]}}]}}"#)
+}
+
+#[tokio::test]
+async fn a_body_too_dense_to_fit_even_alone_is_a_413_without_retry_after() {
+    let app = spawn_app(tight_budget()).await;
+    let auth = format!("authorization: Bearer {OPENAI_KEY}");
+    let dense = raw_post(
+        &app,
+        "/v1/chat/completions",
+        &auth,
+        &dense_chat_body(800 * 1024),
+    )
+    .await;
+    assert_eq!(dense.status(), 413, "{}", dense.0);
+    assert!(
+        dense.header("retry-after").is_none(),
+        "a retry would be refused the same way"
+    );
+    assert_eq!(
+        dense.json()["error"]["code"],
+        "body_too_heavy",
+        "{}",
+        dense.0
+    );
+
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = dense_chat_body(800 * 1024)
+        .into_bytes()
+        .chunks(64 * 1024)
+        .map(|c| Ok(c.to_vec()))
+        .collect();
+    let chunked = app
+        .client
+        .post(app.url("/v1/chat/completions"))
+        .bearer_auth(OPENAI_KEY)
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+            chunks,
+        )))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(chunked.status(), 413, "chunked, the same verdict");
+    assert!(app.upstream.chat_requests().is_empty(), "nothing forwarded");
+
+    // The budget is idle, not full: a body of the same size that fits is served.
+    let light = raw_post(&app, "/v1/chat/completions", &auth, &chat_body(800 * 1024)).await;
+    assert_eq!(light.status(), 200, "{}", light.0);
+}
+
 #[tokio::test]
 async fn a_chunked_chat_body_is_counted_as_it_arrives() {
     let app = spawn_app(tight_budget()).await;

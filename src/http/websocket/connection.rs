@@ -16,6 +16,7 @@ use super::frames::{self, ClientFrame};
 use super::history::{Answered, History, Resolved};
 use super::tenants::Slot;
 use crate::error::ProxyError;
+use crate::http::body::refusal;
 use crate::http::budget::BodyBudget;
 use crate::http::weight::weigh;
 use crate::state::AppState;
@@ -262,12 +263,10 @@ impl Connection {
                 .refuse(ProxyError::BodyTooLarge { limit: max_body }, out)
                 .await;
         }
-        let Some(lease) = self.budget.lease(weigh(&body)) else {
-            metrics::counter!("condenser_inflight_body_refused_total").increment(1);
-            let retry_after = Duration::from_secs(1);
-            return self
-                .refuse(ProxyError::Overloaded { retry_after }, out)
-                .await;
+        let weight = weigh(&body);
+        let Some(lease) = self.budget.lease(weight) else {
+            let refusal = refusal(self.budget.fits_alone(weight));
+            return self.refuse(refusal, out).await;
         };
         let request = exchange::Request { body, input, lease };
         let (state, route, head, out) = (
