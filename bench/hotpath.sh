@@ -22,6 +22,7 @@ MAX_STEPS="${MAX_STEPS:-2}"           # bisection steps: the maximum is found wi
 MAX_RATE_CAP="${MAX_RATE_CAP:-20000}"
 MAX_CONFIRM="${MAX_CONFIRM:-0}"       # 1: a search step not sustained runs once more before it counts
 REPEATS="${REPEATS:-1}"               # runs of every fixed-rate row, the targets' order turning (see below)
+MAX_REPEATS="${MAX_REPEATS:-1}"       # searches per target, in turn; the maximum is the best of them
 P99_BOUND_MS="${P99_BOUND_MS:-50}"    # sustained: p99 at most this ...
 MIN_ACHIEVED="${MIN_ACHIEVED:-0.95}"  # ... achieved at least this share of offered, errors <= 0.1 %
 PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
@@ -332,14 +333,19 @@ for workload in $WORKLOADS; do
     done
   done
   if [ "$MAX_SEARCH" = 1 ] && [ "$workload" != history ]; then
-    for target in "${targets[@]}"; do search_max "$workload" "$target"; done
+    # The best of MAX_REPEATS searches: what slows a step on a shared
+    # machine (a neighbour, a flush) only ever lowers the rate a target
+    # sustains, so its highest sustained step is the truest figure.
+    for repeat in $(seq 1 "$MAX_REPEATS"); do
+      for target in $(in_turn "$repeat"); do search_max "$workload" "$target"; done
+    done
   fi
 done
 
 commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src migrations Cargo.toml Cargo.lock || echo '+changes') (src last changed in $(git log -1 --format=%h -- src))"
 python3 bench/hotpath_report.py report "$work/rows.jsonl" "$OUT" "$(getconf CLK_TCK)" \
   "$commit" "$P99_BOUND_MS" "$MIN_ACHIEVED" "$(( $(date +%s) - started ))" \
-  "DURATION=$DURATION RATES='$RATES' HISTORY_RATE=$HISTORY_RATE CONNECTIONS=$CONNECTIONS MAX_DURATION=$MAX_DURATION MAX_STEPS=$MAX_STEPS MAX_CONFIRM=$MAX_CONFIRM REPEATS=$REPEATS BASELINE_BIN=$BASELINE_BIN GROWING_ARGS=$GROWING_ARGS PG_PARAMS=$PG_PARAMS; load average at start $load_start, at end $(cut -d' ' -f1-3 /proc/loadavg)"
+  "DURATION=$DURATION RATES='$RATES' HISTORY_RATE=$HISTORY_RATE CONNECTIONS=$CONNECTIONS MAX_DURATION=$MAX_DURATION MAX_STEPS=$MAX_STEPS MAX_CONFIRM=$MAX_CONFIRM MAX_REPEATS=$MAX_REPEATS REPEATS=$REPEATS BASELINE_BIN=$BASELINE_BIN GROWING_ARGS=$GROWING_ARGS PG_PARAMS=$PG_PARAMS; load average at start $load_start, at end $(cut -d' ' -f1-3 /proc/loadavg)"
 if grep -q . "$work/loadgen.err"; then
   echo "hotpath: load generator messages (first 10):" >&2
   sort "$work/loadgen.err" | uniq -c | sort -rn | head -10 >&2
