@@ -67,6 +67,26 @@ async fn raw_post(app: &TestApp, path: &str, headers: &str, body: &str) -> raw_c
     raw_client::send_with_body(&app.address, &head, body.as_bytes()).await
 }
 
+/// A Chat Completions request whose `body` is sent chunked, 64 KiB at a
+/// time, with no `Content-Length`.
+async fn post_chunked(app: &TestApp, body: String) -> reqwest::Response {
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = body
+        .into_bytes()
+        .chunks(64 * 1024)
+        .map(|c| Ok(c.to_vec()))
+        .collect();
+    app.client
+        .post(app.url("/v1/chat/completions"))
+        .bearer_auth(OPENAI_KEY)
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+            chunks,
+        )))
+        .send()
+        .await
+        .expect("an answer")
+}
+
 /// A chat body of short messages, nearly 1 MiB, sent whole and held at
 /// the upstream for ten minutes: it holds its whole weight of the budget
 /// (it weighs more than its size) until its client hangs up.
@@ -204,22 +224,7 @@ async fn a_body_too_dense_to_fit_even_alone_is_a_413_without_retry_after() {
         dense.0
     );
 
-    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = dense_chat_body(800 * 1024)
-        .into_bytes()
-        .chunks(64 * 1024)
-        .map(|c| Ok(c.to_vec()))
-        .collect();
-    let chunked = app
-        .client
-        .post(app.url("/v1/chat/completions"))
-        .bearer_auth(OPENAI_KEY)
-        .header("content-type", "application/json")
-        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
-            chunks,
-        )))
-        .send()
-        .await
-        .expect("an answer");
+    let chunked = post_chunked(&app, dense_chat_body(800 * 1024)).await;
     assert_eq!(chunked.status(), 413, "chunked, the same verdict");
     assert!(app.upstream.chat_requests().is_empty(), "nothing forwarded");
 
@@ -232,20 +237,7 @@ async fn a_body_too_dense_to_fit_even_alone_is_a_413_without_retry_after() {
 async fn a_chunked_chat_body_is_counted_as_it_arrives() {
     let app = spawn_app(tight_budget()).await;
     let held = body_in_flight(&app).await;
-    let body = heavy_chat_body(800 * 1024).into_bytes();
-    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
-        body.chunks(64 * 1024).map(|c| Ok(c.to_vec())).collect();
-    let response = app
-        .client
-        .post(app.url("/v1/chat/completions"))
-        .bearer_auth(OPENAI_KEY)
-        .header("content-type", "application/json")
-        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
-            chunks,
-        )))
-        .send()
-        .await
-        .expect("an answer");
+    let response = post_chunked(&app, heavy_chat_body(800 * 1024)).await;
     assert_eq!(response.status(), 503);
     assert!(response.headers().contains_key("retry-after"));
     drop(held);
