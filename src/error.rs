@@ -57,6 +57,17 @@ pub enum ProxyError {
     /// not be made.
     #[error("condenser could not compact the conversation: {0}")]
     CompactionFailed(&'static str),
+    /// A compaction asked again with nothing new from the client since the
+    /// last one, where no deeper compaction brings the request below where
+    /// it stood: a client error, so the client ends its turn instead of
+    /// asking again (`compaction::progress`).
+    #[error("{}", loop_message(*asked_tokens, *fixed_tokens))]
+    CompactionLoop {
+        /// The request's size when the compaction was asked.
+        asked_tokens: u64,
+        /// What no compaction shrinks, where it was measured.
+        fixed_tokens: Option<u64>,
+    },
     /// The request's own work ended without an answer (a stream already
     /// committed by keep-alives can only report it in-band).
     #[error("condenser: the request failed")]
@@ -78,6 +89,7 @@ impl ProxyError {
             Self::ResponseInProgress => StatusCode::CONFLICT,
             Self::ForgedItem(_) => StatusCode::BAD_REQUEST,
             Self::CompactionFailed(_) => StatusCode::BAD_GATEWAY,
+            Self::CompactionLoop { .. } => StatusCode::BAD_REQUEST,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -101,6 +113,7 @@ impl ProxyError {
             Self::ResponseInProgress => "response_in_progress",
             Self::ForgedItem(_) => "invalid_compaction_item",
             Self::CompactionFailed(_) => "compaction_failed",
+            Self::CompactionLoop { .. } => "compaction_loop",
             Self::Internal => "internal",
         }
     }
@@ -127,7 +140,8 @@ impl ProxyError {
             | Self::WebsocketLimit
             | Self::BadFrame(_)
             | Self::ResponseInProgress
-            | Self::ForgedItem(_) => ErrorClass::InvalidRequest,
+            | Self::ForgedItem(_)
+            | Self::CompactionLoop { .. } => ErrorClass::InvalidRequest,
             Self::BodyTimeout | Self::BodyDeadline { .. } => ErrorClass::ClientTimeout,
             Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => ErrorClass::UpstreamTimeout,
             Self::Overloaded { .. } => ErrorClass::Overloaded,
@@ -152,6 +166,21 @@ impl ProxyError {
         }
         .into_response()
     }
+}
+
+/// Why a compaction loop was ended, and what the client's user can change.
+fn loop_message(asked_tokens: u64, fixed_tokens: Option<u64>) -> String {
+    let cause = match fixed_tokens {
+        Some(fixed) => format!(
+            "what no compaction shrinks (instructions, tools and the messages the client keeps: about {fixed} tokens) already fills most of the {asked_tokens}-token request it was asked at"
+        ),
+        None => format!(
+            "the client asked again at about {asked_tokens} tokens with nothing new since the last compaction, whose summary it already has"
+        ),
+    };
+    format!(
+        "condenser: compaction cannot make progress: {cause}. Raise the client's compaction threshold (Codex: model_auto_compact_token_limit) or its context window (model_context_window), or shorten its fixed prompt; a new message lets Condenser compact again"
+    )
 }
 
 /// Whether `E` is anywhere in `error`'s chain of causes.

@@ -38,6 +38,9 @@ pub struct Shared {
     /// Proactive compactions that planning showed cannot be made, so a
     /// re-sent history is not planned again for the same answer.
     pub failed_plans: crate::compaction::FailedPlans,
+    /// Each conversation's compactions since its client last sent
+    /// something new: a loop is answered, not paid for.
+    pub progress: crate::compaction::progress::Progress,
     /// What Condenser's compaction items are authenticated with.
     pub item_key: ItemKey,
 }
@@ -69,6 +72,7 @@ impl AppState {
             writer,
             chain_memo: Arc::new(ChainMemo::default()),
             failed_plans: Default::default(),
+            progress: Default::default(),
             item_key,
         })))
     }

@@ -6,6 +6,7 @@ mod call;
 mod chunks;
 mod fit;
 pub mod plan;
+pub mod progress;
 mod sizing;
 pub mod summarize;
 mod summarizer;

@@ -54,10 +54,14 @@ pub enum CompactionFailure {
     LeaseWaitTimeout,
     /// `max_compactions` were used up on this request.
     LimitReached,
+    /// The conversation was compacted again and again with nothing new
+    /// from its client between (`compaction::progress`): no more summary
+    /// calls until it sends something new.
+    Loop,
 }
 
 impl CompactionFailure {
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::CannotFit,
         Self::NothingToCompact,
         Self::SummaryInputCap,
@@ -68,6 +72,7 @@ impl CompactionFailure {
         Self::Empty,
         Self::LeaseWaitTimeout,
         Self::LimitReached,
+        Self::Loop,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -82,6 +87,7 @@ impl CompactionFailure {
             Self::Empty => "empty",
             Self::LeaseWaitTimeout => "lease_wait_timeout",
             Self::LimitReached => "limit_reached",
+            Self::Loop => "loop",
         }
     }
 

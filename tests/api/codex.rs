@@ -23,7 +23,7 @@ const MODEL: &str = "fake-model";
 const WINDOW: u64 = 14_000;
 const TURNS: usize = 12;
 
-fn codex() -> String {
+pub(crate) fn codex() -> String {
     std::env::var("CONDENSER_TEST_CODEX")
         .expect("CONDENSER_TEST_CODEX is not set: run the suite with scripts/test, which installs Codex CLI")
 }

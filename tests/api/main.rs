@@ -6,6 +6,7 @@ mod anthropic;
 mod anthropic_native;
 mod browser;
 mod codex;
+
 mod compaction;
 mod conversations;
 mod crashes;
@@ -19,6 +20,7 @@ mod helpers;
 mod hostile;
 mod lifecycle;
 mod local_servers;
+mod loops;
 mod native_responses;
 mod overload;
 mod persistence;

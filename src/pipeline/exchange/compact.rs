@@ -2,6 +2,7 @@
 //! compaction for both triggers, bounded by the request's budget (step 8).
 
 use super::{Exchange, Incoming};
+use crate::compaction::progress::{Verdict, Written};
 use crate::compaction::{
     self, CompactionError, Covered, Job, Sizing, Summarizer, SummaryBudget, REASONING_TOKENS,
 };
@@ -41,6 +42,13 @@ impl Exchange {
         sent_bytes: usize,
         trigger: Trigger,
     ) -> Result<Compaction, CompactionFailure> {
+        let weighed = self.weighed_if_known();
+        if let Some(weighed) = &weighed {
+            if let Verdict::Loop | Verdict::Identical { spent: true, .. } = self.verdict(weighed) {
+                self.loop_found(weighed);
+                return Err(CompactionFailure::Loop);
+            }
+        }
         if !budget.try_spend() {
             if trigger == Trigger::Overflow {
                 metrics::counter!("condenser_compactions_exhausted_total").increment(1);
@@ -72,6 +80,12 @@ impl Exchange {
             error.kind()
         })?;
         self.report.compactions = budget.spent();
+        let weighed = weighed.unwrap_or_else(|| self.weighed());
+        let written = Written {
+            summary: compaction.summary.clone(),
+            used: None,
+        };
+        self.made(&weighed, written, false);
         Ok(compaction)
     }
 

@@ -6,6 +6,7 @@
 
 mod compact;
 mod events;
+mod loops;
 mod native;
 mod on_demand;
 mod served;

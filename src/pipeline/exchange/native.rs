@@ -9,6 +9,7 @@
 
 use super::compact::CoveredMessages;
 use super::events::{edited, AnswerEdit};
+use super::loops::AskedSummary;
 use super::{Exchange, Incoming};
 use crate::compaction::{self, Job, Sizing, Summarizer};
 use crate::domain::Usage;
@@ -129,13 +130,13 @@ impl Exchange {
         }
         let protocol = self.incoming.route.upstream.protocol;
         let started = std::time::Instant::now();
-        let (summary, used) = match self.summarize_all().await {
-            Ok(written) => written,
-            Err(kind) => {
-                tracing::warn!(error.kind = kind, "native compaction not served");
-                let error = ProxyError::CompactionFailed(kind);
-                return self.finish(error.into_response_for(protocol));
-            }
+        let AskedSummary {
+            text: summary,
+            used,
+            folds,
+        } = match Box::pin(self.summarize_asked(true)).await {
+            Ok(asked) => asked,
+            Err(not_asked) => return self.finish(not_asked.into_response_for(protocol)),
         };
         let Incoming {
             request,
@@ -153,7 +154,13 @@ impl Exchange {
             conversation,
             ..
         } = &self.incoming;
-        let sealed = Sealed::seal(&self.state.item_key, conversation.tenant.as_str(), &summary);
+        let (key, tenant) = (&self.state.item_key, conversation.tenant.as_str());
+        // Folded: the item stands for everything before it, so what the
+        // client keeps beside it no longer goes upstream.
+        let sealed = match folds {
+            true => Sealed::seal_carrying(key, tenant, &summary, &[]),
+            false => Sealed::seal(key, tenant, &summary),
+        };
         // The request as the client sent it (its ask removed): the body
         // alone may hold the input as spans.
         let original = &self.incoming.original;

@@ -7,7 +7,9 @@
 //! summary is Condenser's; a later request carrying it is rewritten by
 //! the served forms.
 
+use super::loops::{NotAsked, Weighed};
 use super::{Exchange, Incoming};
+use crate::compaction::progress::{Verdict, Written};
 use crate::compaction::{Summarizer, SummaryBudget, SummaryError};
 use crate::domain::Compaction;
 use crate::protocol::{ErrorClass, ErrorInfo, ServedForms, Usage};
@@ -41,12 +43,14 @@ impl Exchange {
             let _ = compacting.send(true);
         }
         let started = std::time::Instant::now();
-        let (summary, used) = match Box::pin(self.summarize_all()).await {
-            Ok(written) => written,
-            Err(kind) => {
+        let (summary, used) = match Box::pin(self.summarize_asked(false)).await {
+            Ok(asked) => (asked.text, asked.used),
+            Err(NotAsked::Failed(kind)) => {
                 tracing::info!(error.kind = kind, "no compaction before the reply");
                 return None;
             }
+            // Logged as found: the request goes as it is.
+            Err(NotAsked::Loop(_)) => return None,
         };
         let took = started.elapsed().as_millis() as i64;
         let compaction = Box::pin(self.keep_asked(&summary, took)).await?;
@@ -65,38 +69,29 @@ impl Exchange {
         mut self,
         forms: &'static dyn ServedForms,
     ) -> (Response, Report) {
+        let weighed = self.weighed();
+        if let Some(answered) = self.answered_without_a_call(forms, &weighed) {
+            return self.finish(answered);
+        }
         if let Some(compacting) = &self.compacting {
             let _ = compacting.send(true);
         }
         let settings = &self.state.settings.compaction;
-        let known = self.model_size();
         let headers = self.outgoing_headers();
-        let Incoming {
-            adapter,
-            request,
-            route,
-            ..
-        } = &self.incoming;
+        let budget = self.on_demand_budget();
+        let (max_tokens, calibration) = (budget.max_tokens, budget.calibration);
+        let Incoming { request, route, .. } = &self.incoming;
         let model = settings.summary_model.as_deref().unwrap_or(&request.model);
-        let requested = adapter.max_output_tokens(request).unwrap_or(u64::MAX);
-        let max_tokens = settings.summary_max_tokens.min(requested).max(1);
-        let calibration = known.calibration.unwrap_or_default();
         let summarizer = Summarizer {
             client: &self.state.upstream,
             route,
             headers: &headers,
-            adapter: *adapter,
+            adapter: self.incoming.adapter,
             request,
             overflow: &self.state.overflow,
             sizes: &self.state.sizes,
             model,
-            budget: SummaryBudget {
-                window: known.window_tokens().unwrap_or(ON_DEMAND_WINDOW),
-                calibration,
-                max_tokens,
-                reasoning_tokens: 0,
-                max_calls: settings.max_summary_calls as usize,
-            },
+            budget,
             timeout: settings.summary_timeout,
             origin: &self.origin,
             calls_made: Default::default(),
@@ -115,11 +110,67 @@ impl Exchange {
         let response = match written {
             Ok(written) => {
                 let usage = reported.unwrap_or_else(|| usage(&written.text));
+                let kept = Written {
+                    summary: written.text.clone(),
+                    used: reported,
+                };
+                self.made(&weighed, kept, false);
                 self.summary_answer(forms, &written.text, usage)
             }
             Err(error) => self.summary_failed(&error),
         };
         self.finish(response)
+    }
+
+    /// An on-demand summary's budget: the client's output limit, within
+    /// `summary_max_tokens`, in calls sized to the model's window.
+    fn on_demand_budget(&self) -> SummaryBudget {
+        let settings = &self.state.settings.compaction;
+        let known = self.model_size();
+        let Incoming {
+            adapter, request, ..
+        } = &self.incoming;
+        let requested = adapter.max_output_tokens(request).unwrap_or(u64::MAX);
+        SummaryBudget {
+            window: known.window_tokens().unwrap_or(ON_DEMAND_WINDOW),
+            calibration: known.calibration.unwrap_or_default(),
+            max_tokens: settings.summary_max_tokens.min(requested).max(1),
+            reasoning_tokens: 0,
+            max_calls: settings.max_summary_calls as usize,
+        }
+    }
+
+    /// The answer where the ledger has it without a summary call: the
+    /// summary already written for the identical request, or the
+    /// client's error for a loop.
+    fn answered_without_a_call(
+        &mut self,
+        forms: &dyn ServedForms,
+        weighed: &Weighed,
+    ) -> Option<Response> {
+        match self.verdict(weighed) {
+            Verdict::Identical { written, .. } => {
+                let usage =
+                    (written.used).unwrap_or_else(|| self.estimated_usage(&written.summary));
+                Some(self.summary_answer(forms, &written.summary, usage))
+            }
+            Verdict::Loop => {
+                self.loop_found(weighed);
+                let protocol = self.incoming.route.upstream.protocol;
+                Some(self.cannot_progress(None).into_response_for(protocol))
+            }
+            Verdict::Repeat { .. } | Verdict::Fresh { .. } => None,
+        }
+    }
+
+    /// A summary's usage as estimated, where no call reported one.
+    fn estimated_usage(&self, summary: &str) -> Usage {
+        let calibration = self.model_size().calibration.unwrap_or_default();
+        Usage {
+            input_tokens: calibration.tokens(self.incoming.original.len()),
+            output_tokens: calibration.tokens(summary.len()),
+            cached_tokens: 0,
+        }
     }
 
     /// The answer holding the summary; the request's messages are kept,
