@@ -187,6 +187,10 @@ pub struct CompactionSettings {
     /// Share of the context window the kept history may fill after a compaction.
     #[serde(default = "defaults::keep_share")]
     pub keep_share: f64,
+    /// Turns of the conversation's measured growth a compaction leaves
+    /// room for before the next one is due (0: as much tail as fits).
+    #[serde(default = "defaults::headroom_turns")]
+    pub headroom_turns: u32,
     /// Interval of SSE keep-alive comments while a summary is written (0 disables).
     #[serde(default = "defaults::keepalive_interval", with = "humantime_serde")]
     pub keepalive_interval: Duration,

@@ -62,6 +62,8 @@ pub struct Window {
 #[derive(Debug, Clone)]
 pub struct Sizing {
     pub keep_share: f64,
+    /// Turns of growth a compaction leaves room for (`headroom_turns`).
+    pub headroom_turns: u32,
     pub summary_max_tokens: u64,
     pub lease_ttl: Duration,
     /// What is known of the model: window, calibration, output accounting.
@@ -81,6 +83,9 @@ pub struct Layout {
     summary_cap: u64,
     /// The most recent history worth keeping: `keep_share` of the window.
     keep_budget: u64,
+    /// Room left free after the compaction for the turns to come: the
+    /// conversation's measured growth per turn, `headroom_turns` times.
+    headroom: u64,
     /// Everything the retried request spends besides its summary and kept
     /// tail: overhead, framing, output reserve, estimate margin.
     reserved: u64,
@@ -137,7 +142,10 @@ impl Layout {
             .window
             .tokens
             .saturating_sub(self.reserved.saturating_add(summary));
-        let tail_budget = self.keep_budget.min(room);
+        // Hysteresis: the next compaction is some turns away, not one. The
+        // tail still gets a quarter of the room, however fast it grows.
+        let headroom = self.headroom.min(room / 4 * 3);
+        let tail_budget = self.keep_budget.min(room - headroom);
         let min_kept = (tail_budget / 4).clamp(16, plan::MIN_KEPT_TOKENS);
         plan::plan(&self.items, self.compacted, tail_budget, min_kept)
     }
@@ -246,6 +254,7 @@ impl Layout {
     pub fn from_numbers(numbers: &Numbers) -> Self {
         let sizing = Sizing {
             keep_share: 0.5,
+            headroom_turns: 0,
             summary_max_tokens: numbers.summary_max_tokens,
             lease_ttl: Duration::from_secs(60),
             known: ModelSize::default(),
@@ -269,6 +278,7 @@ impl Layout {
             tokens_before: 0,
             summary_cap: sizing.summary_cap(tokens),
             keep_budget: tokens / 2,
+            headroom: 0,
             reserved: reserved
                 .into_iter()
                 .fold(numbers.overhead, u64::saturating_add),
@@ -344,6 +354,7 @@ impl Sizing {
             .map_or(0, |c| c.prefix_len as usize)
             .min(job.request.messages().len());
         let items = items(job, &calibration);
+        let headroom = turn_growth(job, &items).saturating_mul(self.headroom_turns.into());
         let in_view = items[compacted..]
             .iter()
             .map(|item| item.tokens)
@@ -364,6 +375,7 @@ impl Sizing {
             tokens_before,
             summary_cap: self.summary_cap(tokens),
             keep_budget: (tokens as f64 * self.keep_share) as u64,
+            headroom,
             reserved: [
                 SUMMARY_FRAMING_TOKENS,
                 max_output.min(tokens / 2),
@@ -376,6 +388,30 @@ impl Sizing {
             counted_output: if counts_output { max_output } else { 0 },
         }
     }
+}
+
+/// Complete turns a conversation's growth is measured over: its newest.
+const TURNS_MEASURED: usize = 4;
+
+/// What one turn adds to the conversation, in tokens: the mean of its
+/// newest complete turns (a turn opens with a user message that is not a
+/// tool result, and runs to the next); 0 before two turns were seen. The
+/// whole history counts, the compacted part too: the client sends it all.
+fn turn_growth(job: &Job<'_>, items: &[Item]) -> u64 {
+    let messages = job.request.messages();
+    let opens: Vec<usize> = (0..items.len())
+        .filter(|&i| job.adapter.role(&messages[i]) == "user" && items[i].links.results.is_empty())
+        .collect();
+    let recent = &opens[opens.len().saturating_sub(TURNS_MEASURED + 1)..];
+    let (Some(&first), Some(&last)) = (recent.first(), recent.last()) else {
+        return 0;
+    };
+    let turns = (recent.len() - 1) as u64;
+    let tokens = items[first..last]
+        .iter()
+        .map(|item| item.tokens)
+        .fold(0, u64::saturating_add);
+    tokens.checked_div(turns).unwrap_or(0)
 }
 
 /// Each message's size and tool links, as the current compaction sends it
@@ -429,6 +465,7 @@ mod tests {
     fn sizing(summary_max_tokens: u64) -> Sizing {
         Sizing {
             keep_share: 0.5,
+            headroom_turns: 0,
             summary_max_tokens,
             lease_ttl: Duration::from_secs(60),
             known: ModelSize::default(),
@@ -457,6 +494,7 @@ mod tests {
             tokens_before: 0,
             summary_cap: sizing.summary_cap(window),
             keep_budget: window / 2,
+            headroom: 0,
             reserved: 20 + SUMMARY_FRAMING_TOKENS + 60 + window / 20,
             overhead: 20,
             old_summary: 0,
@@ -469,6 +507,28 @@ mod tests {
         let mut items: Vec<Item> = (0..8).map(|_| text(80)).collect();
         items.push(text(3_600));
         items
+    }
+
+    /// Twenty turns of 400 tokens beside a 6,600-token fixed prompt in a
+    /// 16k window: with no headroom the kept tail fills the room and the
+    /// next turn compacts again; with two turns of headroom, two more
+    /// turns fit before the next one.
+    #[test]
+    fn a_compaction_leaves_room_for_the_turns_to_come() {
+        let items: Vec<Item> = (0..40).map(|_| text(200)).collect();
+        let mut tight = layout(items, 16_000, WindowBasis::Evidence);
+        tight.overhead = 6_600;
+        tight.reserved += 6_600 - 20;
+        let (plan, budget) = tight.plan().expect("a plan");
+        let reserve = tight.reserved - tight.overhead;
+        let free = |layout: &Layout, plan: &Plan| {
+            16_000 - layout.tokens_after(plan, budget + SUMMARY_FRAMING_TOKENS) - reserve
+        };
+        assert!(free(&tight, &plan) < 800, "{} free", free(&tight, &plan));
+        tight.headroom = 2 * 400;
+        let (roomy, _) = tight.plan().expect("a plan");
+        assert!(roomy.cut > plan.cut, "more is summarized");
+        assert!(free(&tight, &roomy) >= 800, "{} free", free(&tight, &roomy));
     }
 
     #[test]

@@ -73,6 +73,9 @@ pub fn summary_role() -> String {
 pub fn keep_share() -> f64 {
     0.5
 }
+pub fn headroom_turns() -> u32 {
+    2
+}
 pub fn keepalive_interval() -> Duration {
     Duration::from_secs(3)
 }
@@ -125,6 +128,7 @@ impl Default for super::CompactionSettings {
             summary_model: None,
             summary_role: summary_role(),
             keep_share: keep_share(),
+            headroom_turns: headroom_turns(),
             keepalive_interval: keepalive_interval(),
             lease_ttl: lease_ttl(),
             summary_timeout: summary_timeout(),

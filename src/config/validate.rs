@@ -73,6 +73,12 @@ impl CompactionSettings {
                 "must be between 0.05 and 0.95",
             ));
         }
+        if compaction.headroom_turns > 10 {
+            return Err(ConfigError::invalid(
+                "compaction.headroom_turns",
+                "must be at most 10",
+            ));
+        }
         if !(0.1..=1.0).contains(&compaction.proactive_threshold) {
             return Err(ConfigError::invalid(
                 "compaction.proactive_threshold",

@@ -30,6 +30,7 @@ both_backends!(
     usage_calibrates_the_estimate_and_is_stored,
     a_large_history_is_summarized_in_at_most_the_capped_calls,
     a_100000_message_body_costs_no_summary_call_past_the_cap,
+    with_room_for_two_turns_a_compaction_is_at_most_every_other_turn,
 );
 
 fn overflows(requests: &[RecordedRequest]) -> usize {
@@ -228,4 +229,52 @@ async fn a_100000_message_body_costs_no_summary_call_past_the_cap(backend: TestB
     );
     assert_eq!(app.upstream.summary_requests().len(), 0);
     assert_eq!(app.upstream.chat_requests().len(), 1);
+}
+
+/// Summary calls per turn over `turns` turns of an agent with a fixed
+/// prompt of 8,000 tokens, 8,192 tokens reserved for output and about
+/// 4,000 tokens added a turn, in a 32,000-token window: as Kilo Code or
+/// opencode run, with room beside the prompt and the reserve for two
+/// turns' growth and more.
+async fn summary_calls_per_turn(backend: TestBackend, headroom_turns: u32) -> Vec<usize> {
+    let options = Options::on(backend).window(MODEL, 32_000).settings(json!({
+        "compaction": {"summary_max_tokens": 500, "headroom_turns": headroom_turns}
+    }));
+    let app = spawn_app_with(options).await;
+    let mut agent = Agent::new(Dialect::OpenAi, MODEL, 8_000, 2);
+    agent.system = filler(32_000, 7);
+    agent.extra = json!({"max_tokens": 8_192});
+    let mut calls = Vec::new();
+    for turn in 1..=16 {
+        let before = app.upstream.summary_requests().len();
+        for step in agent.turn(&app, turn).await {
+            assert_eq!(step.status, 200, "turn {turn}: {}", step.body);
+        }
+        calls.push(app.upstream.summary_requests().len() - before);
+    }
+    calls
+}
+
+/// Hysteresis: a compaction leaves room for the conversation's next two
+/// turns, so in steady state (after the first compaction) there is at
+/// most one every other turn, where with no headroom there is one a turn.
+async fn with_room_for_two_turns_a_compaction_is_at_most_every_other_turn(backend: TestBackend) {
+    let tight = summary_calls_per_turn(backend, 0).await;
+    let roomy = summary_calls_per_turn(backend, 2).await;
+    let steady = |calls: &[usize]| {
+        let first = calls.iter().position(|&n| n > 0).expect("a compaction");
+        let rest = &calls[first + 1..];
+        (rest.iter().sum::<usize>(), rest.len())
+    };
+    let (tight_calls, tight_turns) = steady(&tight);
+    let (roomy_calls, roomy_turns) = steady(&roomy);
+    eprintln!("summary calls a turn, no headroom: {tight:?}; two turns: {roomy:?}");
+    assert!(
+        roomy_calls * 2 <= roomy_turns,
+        "{roomy_calls} compactions in {roomy_turns} turns: {roomy:?}"
+    );
+    assert!(
+        tight_calls * 2 > tight_turns,
+        "without headroom the same agent compacts more often: {tight:?}"
+    );
 }

@@ -199,6 +199,7 @@ impl Exchange {
         let settings = &self.state.settings.compaction;
         let sizing = Sizing {
             keep_share: settings.keep_share,
+            headroom_turns: settings.headroom_turns,
             summary_max_tokens: settings.summary_max_tokens,
             lease_ttl: settings.lease_ttl,
             known: self.model_size(),
@@ -337,7 +338,7 @@ fn plan_key(sizing: &Sizing, summarizer: &Summarizer<'_>, job: &compaction::Job<
     let chain = &job.conversation.chain;
     let _ = write!(
         inputs,
-        "{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{}|{}|{:?}",
+        "{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{}|{:?}|{:?}",
         chain.last().map(|link| link.as_bytes()),
         job.current.map(|c| c.prefix_hash.as_bytes()),
         chain.len(),
@@ -357,7 +358,7 @@ fn plan_key(sizing: &Sizing, summarizer: &Summarizer<'_>, job: &compaction::Job<
             summarizer.budget.max_calls
         ),
         summarizer.model,
-        sizing.keep_share,
+        (sizing.keep_share, sizing.headroom_turns),
         (sizing.summary_max_tokens, summarizer.budget.calibration),
     );
     xxhash_rust::xxh3::xxh3_128(inputs.as_bytes())

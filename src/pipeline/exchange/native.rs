@@ -276,6 +276,7 @@ impl Exchange {
         };
         let sizing = Sizing {
             keep_share: settings.keep_share,
+            headroom_turns: settings.headroom_turns,
             summary_max_tokens: settings.summary_max_tokens,
             lease_ttl: settings.lease_ttl,
             known,
