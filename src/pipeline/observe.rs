@@ -7,6 +7,7 @@
 
 use super::respond::Report;
 use crate::conversation::Conversation;
+use crate::domain::CompactionFailure;
 use crate::state::AppState;
 use crate::store::RequestRecord;
 use axum::response::Response;
@@ -77,8 +78,12 @@ impl Observed {
             compaction_error: report.compaction_error,
             degraded: report.degraded.is_some(),
         };
-        // A request the upstream refused leaves no trace in the store.
-        if self.state.storage.store().is_none() || !report.accepted {
+        // A request the upstream refused leaves no trace in the store. A
+        // compaction loop refused leaves its row: only a conversation that
+        // was compacted for its credential can loop, and the operator is
+        // to see it.
+        let looped = report.compaction_error == Some(CompactionFailure::Loop);
+        if self.state.storage.store().is_none() || !(report.accepted || looped) {
             return (response, report);
         }
         let writer = self.state.writer.clone();

@@ -235,6 +235,7 @@ both_backends!(
 /// an upstream without native compaction: Condenser answers each
 /// `compaction_trigger` with its own sealed item.
 mod asked {
+    use crate::helpers::admin::{admin_get, wait_for, ADMIN_TOKEN};
     use crate::helpers::agent::filler;
     use crate::helpers::app::{spawn_app_with, Options, TestApp};
     use crate::helpers::db::{both_backends, TestBackend};
@@ -348,7 +349,8 @@ mod asked {
     async fn where_nothing_can_help_the_client_gets_a_clear_error_and_no_call(
         backend: TestBackend,
     ) {
-        let app = spawn_app_with(options(backend)).await;
+        let admin = json!({"admin_token": ADMIN_TOKEN});
+        let app = spawn_app_with(options(backend).settings(admin)).await;
         let instructions = format!("You are a coding agent. {}", filler(120_000, 9));
         let (status, first) = ask(&app, &triggered(&instructions, kept())).await;
         assert_eq!(status, 200, "{first}");
@@ -376,5 +378,10 @@ mod asked {
             .find_map(|line| line.strip_prefix("condenser_compaction_loops_total "))
             .and_then(|value| value.parse::<f64>().ok());
         assert!(loops >= Some(1.0), "{metrics}");
+        // And on the operator page, among the compactions not made.
+        let refused = "select count(*) from requests where compaction_error = 'loop'";
+        wait_for(&app, refused, 1).await;
+        let (_, overview) = admin_get(&app, "/admin/overview").await;
+        assert!(overview.contains("failed: loop"), "{overview}");
     }
 }
