@@ -197,13 +197,7 @@ impl Exchange {
         trigger: Trigger,
     ) -> Result<Compaction, CompactionError> {
         let settings = &self.state.settings.compaction;
-        let sizing = Sizing {
-            keep_share: settings.keep_share,
-            headroom_turns: settings.headroom_turns,
-            summary_max_tokens: settings.summary_max_tokens,
-            lease_ttl: settings.lease_ttl,
-            known: self.model_size(),
-        };
+        let sizing = self.sizing(self.model_size());
         let Incoming {
             adapter,
             request,
@@ -249,6 +243,19 @@ impl Exchange {
         let storage = &self.state.storage;
         let ttl = sizing.lease_ttl;
         compaction::compact(storage, &summarizer, ttl, planned, &job, &mut covered).await
+    }
+
+    /// The settings a compaction is sized by, with what is `known` of
+    /// the model.
+    pub(super) fn sizing(&self, known: ModelSize) -> Sizing {
+        let settings = &self.state.settings.compaction;
+        Sizing {
+            keep_share: settings.keep_share,
+            headroom_turns: settings.headroom_turns,
+            summary_max_tokens: settings.summary_max_tokens,
+            lease_ttl: settings.lease_ttl,
+            known,
+        }
     }
 
     /// [`compaction::prepare`], unless the same proactive compaction of the

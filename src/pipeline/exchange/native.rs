@@ -11,7 +11,7 @@ use super::compact::CoveredMessages;
 use super::events::{edited, AnswerEdit};
 use super::loops::AskedSummary;
 use super::{Exchange, Incoming};
-use crate::compaction::{self, Job, Sizing, Summarizer};
+use crate::compaction::{self, Job, Summarizer};
 use crate::domain::Usage;
 use crate::domain::{Compaction, Trigger};
 use crate::error::ProxyError;
@@ -274,13 +274,7 @@ impl Exchange {
             requested_output: None,
             matched: None,
         };
-        let sizing = Sizing {
-            keep_share: settings.keep_share,
-            headroom_turns: settings.headroom_turns,
-            summary_max_tokens: settings.summary_max_tokens,
-            lease_ttl: settings.lease_ttl,
-            known,
-        };
+        let sizing = self.sizing(known);
         let Incoming {
             adapter,
             request,
