@@ -179,7 +179,7 @@ impl UsedTokens {
         (input_tokens + output_tokens > 0).then_some(Usage {
             input_tokens,
             output_tokens,
-            cached_tokens: 0,
+            ..Usage::default()
         })
     }
 }

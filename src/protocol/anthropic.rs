@@ -230,7 +230,8 @@ fn block_transcript(block: &Value) -> Option<String> {
 }
 
 /// Anthropic reports cached prompt tokens apart from `input_tokens`; the
-/// window holds all of them.
+/// window holds all of them. Thinking is billed within `output_tokens` and
+/// not reported apart (summary calls ask for none).
 fn usage_of(usage: &Value) -> Option<Usage> {
     let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
     let input = count("input_tokens")
@@ -241,7 +242,7 @@ fn usage_of(usage: &Value) -> Option<Usage> {
     (input > 0 || output > 0).then_some(Usage {
         input_tokens: input,
         output_tokens: output,
-        cached_tokens: 0,
+        ..Usage::default()
     })
 }
 

@@ -723,7 +723,7 @@ mod tests {
         let usage = Usage {
             input_tokens: 100,
             output_tokens: 20,
-            cached_tokens: 0,
+            ..Usage::default()
         };
         let body = asked.as_object().expect("object");
         let answer = AnthropicForms.summary_answer(body, "the gist", usage, false);
@@ -786,7 +786,7 @@ mod tests {
         let usage = Usage {
             input_tokens: 900,
             output_tokens: 80,
-            cached_tokens: 0,
+            ..Usage::default()
         };
         let stream = AnthropicForms.summary_answer(paused, "the gist", usage, true);
         let stream = String::from_utf8(stream).expect("utf-8");

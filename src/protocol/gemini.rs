@@ -236,15 +236,19 @@ impl Adapter for Gemini {
     }
 
     /// Gemini answers `usageMetadata`, not `usage`, in a whole answer and
-    /// in every chunk of a stream (cumulative).
+    /// in every chunk of a stream (cumulative). Thoughts are output the
+    /// candidates' count leaves out: the output is both.
     fn usage(&self, usage: &Value) -> Option<Usage> {
         let count = |camel: &str, snake: &str| field(usage, camel, snake).and_then(Value::as_u64);
+        let thoughts = count("thoughtsTokenCount", "thoughts_token_count").unwrap_or(0);
         Some(Usage {
             input_tokens: count("promptTokenCount", "prompt_token_count")?,
-            output_tokens: count("candidatesTokenCount", "candidates_token_count").unwrap_or(0)
-                + count("thoughtsTokenCount", "thoughts_token_count").unwrap_or(0),
+            output_tokens: count("candidatesTokenCount", "candidates_token_count")
+                .unwrap_or(0)
+                .saturating_add(thoughts),
             cached_tokens: count("cachedContentTokenCount", "cached_content_token_count")
                 .unwrap_or(0),
+            reasoning_tokens: thoughts,
         })
     }
 
@@ -434,5 +438,6 @@ mod tests {
             (usage.input_tokens, usage.output_tokens, usage.cached_tokens),
             (83, 118, 20)
         );
+        assert_eq!((usage.reasoning_tokens, usage.text_tokens()), (104, 14));
     }
 }

@@ -414,7 +414,7 @@ mod tests {
         Usage {
             input_tokens,
             output_tokens: 1,
-            cached_tokens: 0,
+            ..Usage::default()
         }
     }
 
@@ -506,7 +506,7 @@ mod tests {
         let expected = Some(Usage {
             input_tokens: 120,
             output_tokens: 8,
-            cached_tokens: 0,
+            ..Usage::default()
         });
         assert_eq!(
             json_usage(crate::protocol::openai::PROTOCOL.adapter(), openai),
@@ -521,5 +521,22 @@ mod tests {
         assert_eq!(json_usage(adapter, br#"{"choices":[]}"#), None);
         assert_eq!(json_usage(adapter, br#"{"usage":null}"#), None);
         assert_eq!(json_usage(adapter, br#"{"usage":{"prompt_tokens":1"#), None);
+    }
+
+    #[test]
+    fn reasoning_reported_apart_is_read_and_left_out_of_the_text() {
+        use crate::protocol::responses::Responses;
+        // OpenAI's `completion_tokens_details` and the Responses API's
+        // `output_tokens_details` (API reference, usage objects).
+        let chat = br#"{"choices":[],"usage":{"prompt_tokens":900,"completion_tokens":2000,"completion_tokens_details":{"reasoning_tokens":1500}}}"#;
+        let responses = br#"{"output":[],"usage":{"input_tokens":900,"output_tokens":2000,"output_tokens_details":{"reasoning_tokens":1500}}}"#;
+        let openai = crate::protocol::openai::PROTOCOL.adapter();
+        for usage in [json_usage(openai, chat), json_usage(&Responses, responses)] {
+            let usage = usage.expect("usage");
+            assert_eq!((usage.output_tokens, usage.reasoning_tokens), (2000, 1500));
+            assert_eq!(usage.text_tokens(), 500);
+        }
+        let plain = json_usage(openai, br#"{"usage":{"prompt_tokens":9,"completion_tokens":20}}"#);
+        assert_eq!(plain.map(|usage| usage.text_tokens()), Some(20));
     }
 }

@@ -57,7 +57,7 @@ impl Exchange {
         let estimate = Usage {
             input_tokens,
             output_tokens: calibration.tokens(summary.len()),
-            cached_tokens: 0,
+            ..Usage::default()
         };
         self.lead = Some(forms.lead(&summary, used.unwrap_or(estimate)));
         self.report.compactions = 1;
@@ -103,7 +103,7 @@ impl Exchange {
         let usage = |text: &str| Usage {
             input_tokens: calibration.tokens(input_bytes),
             output_tokens: calibration.tokens(text.len()),
-            cached_tokens: 0,
+            ..Usage::default()
         };
         // What the summary calls reported, else the estimate.
         let reported = summarizer.used.total();
@@ -169,7 +169,7 @@ impl Exchange {
         Usage {
             input_tokens: calibration.tokens(self.incoming.original.len()),
             output_tokens: calibration.tokens(summary.len()),
-            cached_tokens: 0,
+            ..Usage::default()
         }
     }
 

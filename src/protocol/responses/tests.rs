@@ -68,7 +68,7 @@ fn usage_comes_from_the_body_and_from_response_completed() {
     let expected = Some(Usage {
         input_tokens: 120,
         output_tokens: 8,
-        cached_tokens: 0,
+        ..Usage::default()
     });
     assert_eq!(Responses.usage(&response["usage"]), expected);
     let completed =
