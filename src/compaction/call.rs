@@ -3,11 +3,12 @@
 //! `summary_request`), sent with the client's credential, query string and
 //! provider headers, and asked once more when the model refused the
 //! output-limit field (remembered for the model) or spent its whole
-//! budget reasoning (asked again with more room for it).
+//! budget reasoning (asked again with more room for it). Its summary is
+//! held to its budget by the upstream's own count of it.
 
 use super::fit;
-use super::summarizer::{Summarizer, SummaryBudget, SummaryError};
-use crate::domain::CompactionFailure;
+use super::summarizer::{Counted, Summarizer, SummaryBudget, SummaryError};
+use crate::domain::{CompactionFailure, Usage};
 use crate::overflow::OverflowSignal;
 use crate::protocol::{OutputField, SummaryCall, SUMMARY_MARKER};
 use crate::telemetry::genai;
@@ -33,9 +34,17 @@ pub(super) enum CallError {
     Failed(SummaryError),
 }
 
+/// A summary one call wrote, within its budget.
+pub(super) struct Bounded {
+    pub text: String,
+    /// How the upstream counted the text it wrote, where it said.
+    pub counted: Option<Counted>,
+}
+
 /// What one answer to a summary call came to.
 enum Answer {
-    Text(String),
+    /// Text, and the usage the answer reported.
+    Text(String, Option<Usage>),
     /// Refused the output-limit field it names.
     Refused(OutputField, SummaryError),
     /// Stopped at its output limit without text.
@@ -51,12 +60,51 @@ pub(super) fn input(previous: Option<&str>, transcript: &str) -> String {
     )
 }
 
+/// `text` held to the summary's own budget, `max_tokens` (invariant 5,
+/// summaries stay bounded); `None` when nothing of it is left.
+///
+/// By the upstream's own count of the text where its answer reported one
+/// (its output less its reasoning): within the budget, it is kept whole
+/// whatever its bytes; over it (a reasoning model's limit covers its
+/// reasoning too, so its text may run past the budget), about the
+/// budget's share of it is kept. Where no count was reported, by the bytes
+/// the budget comes to at the conversation's rate. Either cut goes no
+/// further back than a line or a word (`fit`).
+fn bounded(
+    text: String,
+    usage: Option<Usage>,
+    max_tokens: u64,
+    budget: &SummaryBudget,
+) -> Option<Bounded> {
+    let written = text.len();
+    let reported = usage.map(|usage| usage.text_tokens()).filter(|&t| t > 0);
+    let kept = match reported {
+        Some(tokens) => fit::to_tokens(text, tokens, max_tokens),
+        None => fit::within(text, budget.calibration.bytes(max_tokens)),
+    };
+    if kept.len() < written {
+        tracing::info!(
+            reported_tokens = reported,
+            max_tokens,
+            written_bytes = written,
+            kept_bytes = kept.len(),
+            "summary over its budget: cut to it"
+        );
+    }
+    let counted = reported.map(|tokens| Counted {
+        tokens,
+        bytes: written,
+    });
+    let text = kept.replace(SUMMARY_MARKER, "[summary]");
+    (!text.trim().is_empty()).then_some(Bounded { text, counted })
+}
+
 impl Summarizer<'_> {
     pub(super) async fn call(
         &self,
         budget: &SummaryBudget,
         input: &str,
-    ) -> Result<String, CallError> {
+    ) -> Result<Bounded, CallError> {
         let known_field = self
             .sizes
             .output_field(&self.route.upstream.name, self.model);
@@ -71,12 +119,9 @@ impl Summarizer<'_> {
         let (mut field_retried, mut reasoning_retried) = (false, false);
         loop {
             match self.ask(&call).await? {
-                Answer::Text(text) => {
-                    // A reasoning model's limit covers its reasoning too: its
-                    // summary is held to the summary's own budget here
-                    // (invariant 5, summaries stay bounded).
-                    let bounded = fit::within(text, budget.calibration.bytes(call.max_tokens));
-                    return Ok(bounded.replace(SUMMARY_MARKER, "[summary]"));
+                Answer::Text(text, usage) => {
+                    return bounded(text, usage, call.max_tokens, budget)
+                        .ok_or(CallError::Failed(SummaryError::Empty));
                 }
                 Answer::Refused(field, _) if !field_retried => {
                     let accepted = field.other();
@@ -143,11 +188,12 @@ impl Summarizer<'_> {
             CallError::Failed(SummaryError::Empty)
         })?;
         self.traced(&span, &parsed);
-        if let Some(usage) = crate::tokens::usage::value_usage(self.adapter, &parsed) {
-            self.used.add(&usage);
+        let usage = crate::tokens::usage::value_usage(self.adapter, &parsed);
+        if let Some(usage) = &usage {
+            self.used.add(usage);
         }
         match self.adapter.response_text(&parsed) {
-            Some(text) => Ok(Answer::Text(text)),
+            Some(text) => Ok(Answer::Text(text, usage)),
             None if self.adapter.ran_out(&parsed) => Ok(Answer::RanOut),
             None => Err(CallError::Failed(SummaryError::Empty)),
         }

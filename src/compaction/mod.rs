@@ -22,6 +22,7 @@ use crate::telemetry::genai;
 use plan::Plan;
 pub use sizing::{exceeds, Layout, Numbers, Sizing, Window, WindowBasis};
 use std::time::{Duration, Instant};
+use summarize::Written;
 pub use summarize::{longest_summary, REASONING_TOKENS};
 pub use summarizer::{Summarizer, SummaryBudget, SummaryError};
 pub use trims::apply_trims;
@@ -335,11 +336,15 @@ async fn summarize_and_store(
         return Ok(done);
     }
     let started = Instant::now();
-    let (summary, calls) = write_summary(summarizer, planned, job).await?;
+    let Written {
+        text: summary,
+        calls,
+        counted,
+    } = write_summary(summarizer, planned, job).await?;
     let Planned { layout, plan, .. } = planned;
     let size = |text: &str| {
         let message = job.adapter.summary_message("user", text).to_string();
-        layout.calibration.tokens(message.len())
+        summarize::message_tokens(counted, layout.calibration, message.len(), text.len())
     };
     // Never send a request known not to fit.
     let too_large = || CompactionError::CannotFit {
@@ -404,16 +409,15 @@ async fn write_summary(
     summarizer: &Summarizer<'_>,
     planned: &Planned,
     job: &Job<'_>,
-) -> Result<(String, usize), CompactionError> {
+) -> Result<Written, CompactionError> {
     if planned.plan.cut == planned.layout.compacted {
         let current = job.current.map(|c| c.summary.clone());
-        return Ok((current.unwrap_or_default(), 0));
+        return Ok(Written::reused(current.unwrap_or_default()));
     }
     let previous = job.current.map(|c| c.summary.as_str());
-    let written = summarizer
+    Ok(summarizer
         .summarize(planned.summary_tokens, previous, &planned.transcript)
-        .await?;
-    Ok((written.text, written.calls))
+        .await?)
 }
 
 async fn store(storage: &Storage, job: &Job<'_>, compaction: &Compaction) -> Option<bool> {

@@ -204,10 +204,12 @@ impl Layout {
 
     /// `summary` as the retried request can carry it. Upstreams stop a
     /// summary at its `max_tokens`, but they count tokens their way: one
-    /// that still makes the request too large for an evidence window is
-    /// cut at its last sentence boundary that fits (cheaper and surer than
-    /// another summary call, and what goes is its least important end).
-    /// `None` when no complete sentence fits: the request is known not to.
+    /// that still makes the request too large for an evidence window, by
+    /// `size` (the upstream's own count of the summary where it gave one),
+    /// loses what is over, about that share of its bytes, at a line or
+    /// word end (cheaper and surer than another summary call, and what
+    /// goes is its least important end). `None` when nothing of it fits:
+    /// the request is known not to.
     pub fn fit_summary(
         &self,
         plan: &Plan,
@@ -223,14 +225,14 @@ impl Layout {
         );
         let mut text = summary.as_str();
         loop {
-            let over = size(text).saturating_sub(allowed);
+            let tokens = size(text);
+            let over = tokens.saturating_sub(allowed);
             if over == 0 {
                 return Some(text.to_string());
             }
-            let limit = text
-                .len()
-                .saturating_sub(self.calibration.bytes(over).max(1));
-            text = fit::cut_to_sentences(text, limit)?;
+            let share = (text.len() as u128 * u128::from(over)).div_ceil(u128::from(tokens));
+            let limit = text.len().saturating_sub((share as usize).max(1));
+            text = Some(fit::cut(text, limit)).filter(|kept| !kept.is_empty())?;
         }
     }
 }
@@ -588,7 +590,7 @@ mod tests {
     }
 
     #[test]
-    fn a_summary_longer_than_the_room_is_cut_at_a_sentence_boundary() {
+    fn a_summary_longer_than_the_room_loses_what_is_over_at_a_word() {
         let layout = layout(pasted_log(), 4_096, WindowBasis::Evidence);
         let (plan, _) = layout.plan().expect("a plan");
         let room = layout.summary_room(&plan) + SUMMARY_FRAMING_TOKENS;
@@ -598,12 +600,19 @@ mod tests {
         let fitted = layout
             .fit_summary(&plan, long.clone(), size)
             .expect("fits once cut");
-        assert!(fitted.ends_with("read."), "{fitted}");
+        assert!(long.starts_with(&fitted) && !fitted.ends_with(' '));
         assert!(size(&fitted) <= room && fitted.len() < long.len());
+        // Only what is over goes: no more than a word beyond it.
+        assert!(size(&fitted) + 4 >= room, "{} of {room}", size(&fitted));
         let short = sentence.to_string();
         assert_eq!(layout.fit_summary(&plan, short.clone(), size), Some(short));
         let one_sentence = "word ".repeat(room as usize * 2);
-        assert_eq!(layout.fit_summary(&plan, one_sentence, size), None);
+        let fitted = layout
+            .fit_summary(&plan, one_sentence, size)
+            .expect("cut at a word");
+        assert!(size(&fitted) <= room && size(&fitted) + 4 >= room);
+        let nothing_fits = |text: &str| size(text) + room;
+        assert_eq!(layout.fit_summary(&plan, long, nothing_fits), None);
     }
 
     #[test]

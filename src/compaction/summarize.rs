@@ -9,7 +9,8 @@
 
 use super::call::{self, CallError};
 use super::chunks::{self, Chunk};
-use super::summarizer::{Summarizer, SummaryBudget, SummaryError, MAX_SHRINKS};
+use super::summarizer::{Counted, Summarizer, SummaryBudget, SummaryError, MAX_SHRINKS};
+use crate::tokens::Calibration;
 use serde_json::Value;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -47,6 +48,37 @@ pub fn longest_summary(timeout: Duration, max_calls: usize) -> Duration {
 pub struct Written {
     pub text: String,
     pub calls: usize,
+    /// How the upstream counted the summary, where its answer said.
+    pub counted: Option<Counted>,
+}
+
+impl Written {
+    /// A summary used as it is, no call made.
+    pub fn reused(text: String) -> Self {
+        Self {
+            text,
+            calls: 0,
+            counted: None,
+        }
+    }
+}
+
+/// Tokens of a summary message of `message_bytes` that carries
+/// `text_bytes` of a summary: the text at the upstream's own count of it
+/// where it is `counted`, the rest (and an uncounted text) at the
+/// conversation's `calibration`.
+pub fn message_tokens(
+    counted: Option<Counted>,
+    calibration: Calibration,
+    message_bytes: usize,
+    text_bytes: usize,
+) -> u64 {
+    match counted {
+        Some(counted) => calibration
+            .tokens(message_bytes.saturating_sub(text_bytes))
+            .saturating_add(counted.tokens_of(text_bytes)),
+        None => calibration.tokens(message_bytes),
+    }
 }
 
 impl Summarizer<'_> {
@@ -97,16 +129,18 @@ impl Summarizer<'_> {
     ) -> Result<Written, SummaryError> {
         let mut budget = self.budget_for(max_tokens);
         let mut running = previous.map(str::to_string);
+        let mut counted = None;
         let (mut next, mut calls, mut shrinks, mut retries) = (0, 0, 0, 0);
         let deadline = tokio::time::Instant::now() + self.timeout;
         while next < entries.len() {
             let chunk = self.next_chunk(&budget, &entries[next..], running.as_deref(), calls)?;
             let input = call::input(running.as_deref(), &chunk.text);
             match self.call(&budget, &input).await {
-                Ok(text) => {
+                Ok(bounded) => {
                     metrics::counter!("condenser_summary_calls_total", "outcome" => "ok")
                         .increment(1);
-                    running = Some(text);
+                    running = Some(bounded.text);
+                    counted = bounded.counted;
                     next += chunk.entries;
                     calls += 1;
                 }
@@ -141,6 +175,7 @@ impl Summarizer<'_> {
         Ok(Written {
             text: running.unwrap_or_default(),
             calls,
+            counted,
         })
     }
 

@@ -78,6 +78,24 @@ impl SummaryError {
     }
 }
 
+/// How the upstream counted a summary it wrote: `tokens` for its first
+/// `bytes`, the text's own rate (prose runs at more bytes a token than the
+/// conversation it summarizes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counted {
+    pub tokens: u64,
+    pub bytes: usize,
+}
+
+impl Counted {
+    /// Tokens of `bytes` of the same text, at its counted rate.
+    pub fn tokens_of(&self, bytes: usize) -> u64 {
+        let tokens = u128::from(self.tokens) * bytes as u128;
+        let tokens = tokens.div_ceil(self.bytes.max(1) as u128);
+        u64::try_from(tokens).unwrap_or(u64::MAX)
+    }
+}
+
 /// How large summary calls may be.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SummaryBudget {

@@ -536,7 +536,10 @@ mod tests {
             assert_eq!((usage.output_tokens, usage.reasoning_tokens), (2000, 1500));
             assert_eq!(usage.text_tokens(), 500);
         }
-        let plain = json_usage(openai, br#"{"usage":{"prompt_tokens":9,"completion_tokens":20}}"#);
+        let plain = json_usage(
+            openai,
+            br#"{"usage":{"prompt_tokens":9,"completion_tokens":20}}"#,
+        );
         assert_eq!(plain.map(|usage| usage.text_tokens()), Some(20));
     }
 }
