@@ -173,6 +173,7 @@ async fn respond(
     }
     if record.kind == RequestKind::Summary {
         state.summary_delay(config.summary_delay).await;
+        record.written = Some(reply.text.clone());
     }
     tokio::time::sleep(config.first_byte_delay).await;
     if *flavor == Flavor::Compact {

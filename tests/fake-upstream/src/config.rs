@@ -22,6 +22,10 @@ pub struct FakeConfig {
     pub reply_text: Option<String>,
     /// Length of a summary reply in tokens (capped by its `max_tokens`).
     pub summary_reply_tokens: u64,
+    /// Summaries are prose that runs until the output limit stops it,
+    /// whatever `summary_reply_tokens` says: one short sentence, then no
+    /// full stop (`facts::summary`, issue 52's real summary).
+    pub summary_prose: bool,
     /// Reasoning tokens every reasoning answer spends, whatever its effort;
     /// by default they grow with the effort (`models::reasoning_tokens`).
     pub reasoning_tokens: Option<u64>,
@@ -59,6 +63,7 @@ impl Default for FakeConfig {
             stream_chunks: 4,
             reply_text: None,
             summary_reply_tokens: 200,
+            summary_prose: false,
             reasoning_tokens: None,
             messages_mode: MessagesMode::default(),
             responses_mode: ResponsesMode::default(),

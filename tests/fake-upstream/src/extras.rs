@@ -42,6 +42,7 @@ pub fn record_of(parts: &Parts, body: Bytes) -> RecordedRequest {
         truncated: false,
         transport: Transport::Http,
         continued: false,
+        written: None,
     }
 }
 

@@ -119,6 +119,9 @@ async fn respond(
     }
     tokio::time::sleep(config.first_byte_delay).await;
     let answer = Answer::new(model, &request, record, tokens, thoughts, &config);
+    if record.kind == RequestKind::Summary {
+        record.written = Some(answer.reply.text.clone());
+    }
     let sse = parts
         .uri
         .query()

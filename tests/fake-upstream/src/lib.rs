@@ -11,6 +11,7 @@ mod chat;
 mod clouds;
 mod config;
 mod extras;
+pub mod facts;
 mod gemini;
 mod gemini_rules;
 mod messages_modes;
@@ -99,6 +100,28 @@ impl FakeUpstream {
             .into_iter()
             .filter(|r| r.kind == RequestKind::Summary)
             .collect()
+    }
+
+    /// Every fact a summary the fake wrote carried that did not reach the
+    /// request the summary stands for (`facts::lost`), one line each.
+    pub fn facts_lost(&self) -> Vec<String> {
+        facts::lost(&self.requests())
+    }
+
+    /// Fails with what was lost unless every fact a summary carried
+    /// reached the request the summary stands for; how many summaries the
+    /// fake wrote.
+    pub fn assert_facts_survive(&self) -> usize {
+        let lost = self.facts_lost();
+        assert!(
+            lost.is_empty(),
+            "facts lost through compactions:\n{}",
+            lost.join("\n")
+        );
+        self.requests()
+            .iter()
+            .filter(|request| request.written.is_some())
+            .count()
     }
 
     /// The most summary calls that were ever answered at the same time.

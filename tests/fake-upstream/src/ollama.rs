@@ -78,6 +78,9 @@ async fn respond(state: &State, record: &mut RecordedRequest) -> Response {
     }
     let kept = count(&request["messages"]);
     let reply = Answer::new(&request, record, &model, kept, &config);
+    if record.kind == RequestKind::Summary {
+        record.written = Some(reply.text.clone());
+    }
     if request["stream"] == false {
         return axum::Json(reply.last_line(true)).into_response();
     }

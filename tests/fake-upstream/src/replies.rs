@@ -93,7 +93,16 @@ impl Reply {
         let reasoning_tokens = crate::models::reasoning_tokens(request, config);
         let room = max_tokens.map_or(u64::MAX, |m| m.saturating_sub(reasoning_tokens));
         let wanted = match kind {
-            RequestKind::Summary => summary_text(&digest, config.summary_reply_tokens),
+            RequestKind::Summary => {
+                // Ollama's limit is `options.num_predict`, applied by its
+                // own answer (`ollama.rs`): facts are written within it.
+                let limit = room.min(
+                    request["options"]["num_predict"]
+                        .as_u64()
+                        .unwrap_or(u64::MAX),
+                );
+                crate::facts::summary(&digest, request, config, limit)
+            }
             _ => config
                 .reply_text
                 .clone()
@@ -280,15 +289,5 @@ fn cut_to_tokens(mut text: String, tokens: u64) -> String {
         }
         text.truncate(end);
     }
-    text
-}
-
-/// `tokens * 4` bytes, as a summary capped at `max_tokens` would be.
-fn summary_text(digest: &str, tokens: u64) -> String {
-    let head = format!("Summary of conversation {}: ", &digest[..12]);
-    let bytes = (tokens as usize).saturating_mul(4).max(head.len());
-    let body = "the user and the assistant worked through the task. ".repeat(bytes / 50 + 1);
-    let mut text = head + &body;
-    text.truncate(bytes);
     text
 }

@@ -64,6 +64,8 @@ pub struct RecordedRequest {
     /// A WebSocket frame that continued the connection's last response
     /// with `previous_response_id`; `body` holds the full input.
     pub continued: bool,
+    /// The summary the fake wrote, for a summary call it answered.
+    pub written: Option<String>,
 }
 
 impl RecordedRequest {
