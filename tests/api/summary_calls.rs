@@ -230,3 +230,177 @@ async fn with_upstream(mut app: TestApp, name: &str, path: &str) -> TestApp {
     app.reconfigure(json!({"upstreams": upstream})).await;
     app
 }
+
+/// Summaries in prose that the fake writes until their output limit stops
+/// them: a short first sentence, then none (`FakeConfig::summary_prose`,
+/// issue 52's summary from Kilo Code's summarizer).
+fn prose(model: &str) -> Options {
+    let mut options = options(TestBackend::Sqlite, model);
+    options.fake.summary_prose = true;
+    options
+}
+
+/// A summary call's output limit, in whichever field its protocol takes.
+fn output_limit(call: &Value) -> Option<u64> {
+    [
+        "/max_completion_tokens",
+        "/max_tokens",
+        "/max_output_tokens",
+        "/generationConfig/maxOutputTokens",
+        "/options/num_predict",
+    ]
+    .iter()
+    .find_map(|field| call.pointer(field)?.as_u64())
+}
+
+async fn stored_summaries(app: &TestApp) -> Vec<String> {
+    let pool = app.db.pool().await;
+    let summaries = sqlx::query_scalar("select summary from compactions")
+        .fetch_all(&pool)
+        .await
+        .expect("the stored summaries");
+    pool.close().await;
+    summaries
+}
+
+/// Every summary the fake wrote took exactly its call's output limit (4
+/// bytes a token, more than the conversation's JSON takes), and was stored
+/// whole, sent whole in a later request, every fact with it.
+async fn assert_summaries_whole(app: &TestApp) {
+    let written: Vec<(u64, String)> = app
+        .upstream
+        .summary_requests()
+        .into_iter()
+        .filter_map(|call| Some((output_limit(call.json.as_ref()?)?, call.written?)))
+        .collect();
+    assert!(!written.is_empty(), "no summary was written");
+    let stored = stored_summaries(app).await;
+    let sent: Vec<String> = app
+        .upstream
+        .chat_requests()
+        .iter()
+        .map(|request| String::from_utf8_lossy(&request.body).into_owned())
+        .collect();
+    for (limit, text) in &written {
+        assert_eq!(text.len() as u64, 4 * limit, "the prose ran to its limit");
+        let kept = stored.iter().map(String::len).collect::<Vec<_>>();
+        assert!(
+            stored.contains(text),
+            "{} bytes written, stored: {kept:?}",
+            text.len()
+        );
+        assert!(
+            sent.iter().any(|body| body.contains(text.as_str())),
+            "a {} byte summary was never sent whole",
+            text.len()
+        );
+    }
+    app.upstream.assert_facts_survive();
+}
+
+#[tokio::test]
+async fn a_chat_completions_summary_at_exactly_its_max_tokens_is_stored_and_sent_whole() {
+    let app = spawn_app_with(prose("gpt-4o-mini")).await;
+    let mut agent = Agent::new(Dialect::OpenAi, "gpt-4o-mini", 1_500, 3);
+    agent.run_until_summaries(&app, 2, 20).await;
+    assert_summaries_whole(&app).await;
+}
+
+#[tokio::test]
+async fn a_responses_summary_at_exactly_its_max_output_tokens_is_stored_and_sent_whole() {
+    let app = spawn_app_with(prose("gpt-4.1-mini")).await;
+    let mut agent = Agent::new(Dialect::Responses, "gpt-4.1-mini", 1_500, 3);
+    // A model that does not reason: no reasoning asked, none included.
+    agent.extra = json!({"reasoning": null, "include": null});
+    agent.run_until_summaries(&app, 2, 20).await;
+    assert_summaries_whole(&app).await;
+}
+
+#[tokio::test]
+async fn a_messages_summary_at_exactly_its_max_tokens_is_stored_and_sent_whole() {
+    let app = spawn_app_with(prose("claude-sonnet-4-5")).await;
+    let mut agent = Agent::new(Dialect::Anthropic, "claude-sonnet-4-5", 1_500, 3);
+    agent.run_until_summaries(&app, 2, 20).await;
+    assert_summaries_whole(&app).await;
+}
+
+/// Gemini 2.0 does not think: its summary's limit is the summary's own.
+#[tokio::test]
+async fn a_gemini_summary_at_exactly_its_max_output_tokens_is_stored_and_sent_whole() {
+    let app = spawn_app_with(prose("gemini-2.0-flash")).await;
+    let mut agent = Agent::new(Dialect::Gemini, "gemini-2.0-flash", 1_500, 3);
+    agent.run_until_summaries(&app, 2, 20).await;
+    assert_summaries_whole(&app).await;
+}
+
+/// Ollama's native API, its window the request's `num_ctx`: compacted
+/// before sending, each summary asked for with `num_predict`.
+#[tokio::test]
+async fn an_ollama_summary_at_exactly_its_num_predict_is_stored_and_sent_whole() {
+    let mut app = spawn_app_with(prose("smollm2:135m")).await;
+    let base_url = app.upstream.base_url();
+    app.reconfigure(json!({"ollama": {"base_url": base_url}}))
+        .await;
+    let mut messages = vec![json!({"role": "system", "content": "You are a helpful assistant."})];
+    for turn in 1..=20 {
+        let text = crate::helpers::agent::filler(1_500, turn);
+        messages.push(json!({"role": "user", "content": format!("Turn {turn}: {text}")}));
+        let body = json!({"model": "smollm2:135m", "messages": messages, "stream": false,
+            "options": {"num_ctx": 4_096}});
+        let response = app
+            .client
+            .post(app.url("/api/chat"))
+            .json(&body)
+            .send()
+            .await
+            .expect("answers");
+        assert_eq!(response.status(), 200, "turn {turn}");
+        let answer: Value = response.json().await.expect("json");
+        messages.push(answer["message"].clone());
+        if app.upstream.summary_requests().len() >= 2 {
+            break;
+        }
+    }
+    assert!(
+        app.upstream.summary_requests().len() >= 2,
+        "compacted twice"
+    );
+    assert_summaries_whole(&app).await;
+}
+
+/// A reasoning model's output limit covers its reasoning and its text, so
+/// it may write past the summary's own budget. The upstream's count of the
+/// text says by how much: about the budget's share of the text is kept, cut
+/// at a word, never only its first sentence.
+#[tokio::test]
+async fn a_reasoning_models_summary_over_its_budget_is_cut_by_words_to_the_budget() {
+    let app = spawn_app_with(prose("gpt-5-mini")).await;
+    let mut agent = reasoning_agent("gpt-5-mini", json!({}));
+    agent.run_until_summaries(&app, 2, 20).await;
+    let stored = stored_summaries(&app).await;
+    let calls = app.upstream.summary_requests();
+    assert!(calls.len() >= 2, "{} summary calls", calls.len());
+    for call in calls {
+        let (Some(json), Some(written)) = (&call.json, &call.written) else {
+            continue;
+        };
+        let limit = json["max_completion_tokens"].as_u64().expect("a limit");
+        let budget = limit - condenser::compaction::REASONING_TOKENS;
+        let bytes = 4 * budget as usize;
+        assert!(written.len() > bytes, "the model wrote past its budget");
+        let kept = stored
+            .iter()
+            .find(|summary| written.starts_with(summary.as_str()))
+            .expect("a stored start of what was written");
+        assert!(
+            kept.len() <= bytes && kept.len() + 32 >= bytes,
+            "{} bytes kept of a {bytes} byte budget",
+            kept.len()
+        );
+        assert!(
+            written[kept.len()..].starts_with(' '),
+            "cut at a word: {:?}",
+            &written[kept.len()..kept.len() + 20]
+        );
+    }
+}
