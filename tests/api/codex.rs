@@ -154,6 +154,7 @@ async fn run_session_with(
             "refused for its shape: {body}"
         );
     }
+    app.upstream.assert_facts_survive();
     app
 }
 
@@ -360,6 +361,9 @@ plugins = false
         summaries >= 2,
         "{summaries} compactions served over {TURNS} turns"
     );
+    // Each summary served in a compaction item reached the upstream with
+    // every fact when Codex sent the item back.
+    app.upstream.assert_facts_survive();
     let expanded = app
         .upstream
         .chat_requests()

@@ -50,7 +50,8 @@ async fn run_sdk(app: &TestApp, stream: bool, version: &str) {
     assert!(output.status.success(), "gemini_agent.py failed:\n{stderr}");
 }
 
-/// The fake refused nothing but for size, and summaries were written.
+/// The fake refused nothing but for size, summaries were written, and
+/// every fact they carried reached the request each stands for.
 async fn assert_compacted_and_nothing_refused(app: &TestApp, summaries_at_least: i64) {
     let requests = app.upstream.requests();
     for request in &requests {
@@ -73,6 +74,7 @@ async fn assert_compacted_and_nothing_refused(app: &TestApp, summaries_at_least:
         compactions >= summaries_at_least,
         "{compactions} compactions"
     );
+    app.upstream.assert_facts_survive();
 }
 
 both_backends!(

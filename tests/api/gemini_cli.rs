@@ -106,4 +106,5 @@ async fn gemini_cli_runs_twelve_turns_through_compactions() {
         compactions >= 2,
         "{compactions} compactions over {TURNS} turns"
     );
+    app.upstream.assert_facts_survive();
 }

@@ -51,8 +51,9 @@ async fn run_client(app: &TestApp, stream: bool, num_ctx: Option<u64>) {
     assert!(output.status.success(), "ollama_chat.py failed:\n{stderr}");
 }
 
-/// Nothing the fake was sent went past the window, nothing was cut, and
-/// compactions happened.
+/// Nothing the fake was sent went past the window, nothing was cut,
+/// compactions happened, and every fact their summaries carried reached
+/// the request each stands for.
 async fn assert_never_cut(app: &TestApp, window: u64) {
     let requests = app.upstream.requests();
     let chats: Vec<_> = requests.iter().filter(|r| r.path == "/api/chat").collect();
@@ -75,6 +76,7 @@ async fn assert_never_cut(app: &TestApp, window: u64) {
         .count();
     assert!(summaries >= 2, "{summaries} summaries over 20 turns");
     assert!(app.db.count("select count(*) from compactions").await >= 2);
+    app.upstream.assert_facts_survive();
 }
 
 both_backends!(

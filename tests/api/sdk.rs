@@ -28,6 +28,8 @@ async fn run_script(app: &TestApp, script: &str, key: &str, model: &str) {
         !app.upstream.summary_requests().is_empty(),
         "the upstream wrote a summary"
     );
+    // Every fact a summary carried reached the request it stands for.
+    app.upstream.assert_facts_survive();
 }
 
 fn small_window(model: &str) -> Options {

@@ -1,7 +1,8 @@
 """The OpenAI Agents SDK's OpenAIResponsesCompactionSession through
 Condenser to a Responses server that has no /responses/compact: a 12-turn
 tool-using agent whose session is compacted by `client.responses.compact`
-(served by Condenser) every few turns, every turn answered.
+(served by Condenser) every few turns, every turn answered, then one more
+request from the compacted session.
 
 Run by tests/api/sdk.rs with CONDENSER_URL, API_KEY and MODEL set; exits
 non-zero (with the reason on stderr) when anything is not what a user
@@ -52,6 +53,13 @@ async def main():
     assert compactions >= 2, f"only {compactions} compactions"
     assert len(sealed) == 1, items
     assert sealed[0]["encrypted_content"].startswith("condenser.v1."), sealed
+    # The conversation goes on from the compacted session: the next request
+    # carries its compaction item, which Condenser expands into its summary,
+    # so the summary written last reaches the upstream too.
+    follow_up = await client.responses.create(
+        model=MODEL, input=items + [{"role": "user", "content": "Turn 13: what is left to do?"}],
+        store=False)
+    assert follow_up.output_text, "the session went on from its compaction"
 
 
 asyncio.run(main())
