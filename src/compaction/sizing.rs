@@ -35,6 +35,10 @@ const SUMMARY_SOURCE_SHARE: f64 = 1.0 / 3.0;
 /// source's size, unless the window's own share is smaller.
 pub const MIN_SUMMARY_TOKENS: u64 = 64;
 
+/// Room after a compaction held free for the turns to come: at most this
+/// share of the window.
+const HEADROOM_SHARE: f64 = 0.25;
+
 /// Room kept free for estimate error, as a share of the window.
 const MARGIN_SHARE: f64 = 0.05;
 
@@ -143,8 +147,11 @@ impl Layout {
             .tokens
             .saturating_sub(self.reserved.saturating_add(summary));
         // Hysteresis: the next compaction is some turns away, not one. The
-        // tail still gets a quarter of the room, however fast it grows.
-        let headroom = self.headroom.min(room / 4 * 3);
+        // tail still gets a quarter of the room, however fast it grows,
+        // and no more than a quarter of the window is held free: past
+        // that, what a compaction summarizes outgrows one summary call.
+        let free_at_most = (self.window.tokens as f64 * HEADROOM_SHARE) as u64;
+        let headroom = self.headroom.min(room / 4 * 3).min(free_at_most);
         let tail_budget = self.keep_budget.min(room - headroom);
         let min_kept = (tail_budget / 4).clamp(16, plan::MIN_KEPT_TOKENS);
         plan::plan(&self.items, self.compacted, tail_budget, min_kept)
