@@ -1,6 +1,7 @@
 //! The endpoints a proxy must pass through untouched, plus two test aids:
 //! `/v1/echo` returns its body, `/v1/slow-stream` trickles SSE events, and
-//! `/_fake/stats` counts the request log.
+//! `/_fake/stats` counts the request log and lists the facts summaries
+//! lost on the way.
 
 use crate::state::{Protocol, RecordedRequest, RequestKind, State, Transport};
 use axum::body::Body;
@@ -175,6 +176,9 @@ pub async fn stats(AxumState(state): AxumState<Arc<State>>) -> Response {
         "chat_refused": count(RequestKind::Chat, true),
         "summary_answered": count(RequestKind::Summary, false),
         "summary_refused": count(RequestKind::Summary, true),
+        // For client tests that drive the fake from outside: every fact a
+        // summary carried that did not reach the request it stands for.
+        "facts_lost": crate::facts::lost(&log),
     }))
     .into_response()
 }

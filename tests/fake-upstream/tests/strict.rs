@@ -180,3 +180,44 @@ async fn a_missing_key_is_the_real_401() {
         .expect("message")
         .starts_with("You didn't provide an API key."));
 }
+
+/// `/_fake/stats` lists the facts a summary carried that never reached a
+/// later request, for client tests that drive the fake from outside.
+#[tokio::test]
+async fn stats_name_the_facts_a_summary_lost() {
+    let config = FakeConfig {
+        summary_marker: Some("[marker]".into()),
+        ..FakeConfig::default()
+    };
+    let fake = FakeUpstream::start(config).await;
+    let stats = || async {
+        let url = format!("{}/_fake/stats", fake.base_url());
+        let stats: Value = reqwest::get(url)
+            .await
+            .expect("answers")
+            .json()
+            .await
+            .expect("json");
+        stats
+    };
+    let ask = json!({"model": "gpt-4o-mini", "messages": [
+        {"role": "system", "content": "[marker] REQUEST: summarize."},
+        {"role": "user", "content": "The deploy key is FACT-given01."}]});
+    let (status, summary) = openai(&fake, ask).await;
+    assert_eq!(status, 200, "{summary}");
+    let lost = stats().await["facts_lost"].clone();
+    assert_eq!(
+        lost.as_array().map(Vec::len),
+        Some(1),
+        "no request carried it yet: {lost}"
+    );
+    let text = summary["choices"][0]["message"]["content"]
+        .as_str()
+        .expect("text");
+    let carried = json!({"model": "gpt-4o-mini", "messages": [
+        {"role": "user", "content": format!("[marker] {text}")},
+        {"role": "user", "content": "Go on."}]});
+    let (status, answer) = openai(&fake, carried).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(stats().await["facts_lost"], json!([]));
+}
