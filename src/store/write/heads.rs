@@ -20,7 +20,7 @@
 
 use super::batch_rows::{add, BatchStatement, Column};
 use super::conversations::open_on;
-use super::messages::MessageBatch;
+use super::messages::{Inserted, MessageBatch};
 use crate::conversation::{ChainHash, ConversationId};
 use crate::store::{Backend, Result};
 use serde::Serialize;
@@ -80,13 +80,15 @@ static DROP_HEADS: BatchStatement = BatchStatement::new(0, &HEAD_COLUMNS, |sourc
 });
 
 /// Records the head of every batch and opens or touches its
-/// conversation's row, on the transaction writing the batches' messages.
-/// Rows go in key order, as every writer locks them.
+/// conversation's row, on the transaction writing the batches' messages
+/// (`inserted`: the links it stored). Rows go in key order, as every
+/// writer locks them.
 pub(super) async fn record_heads_on(
     connection: &mut AnyConnection,
     backend: Backend,
     batches: &[MessageBatch<'_>],
     created_at: i64,
+    inserted: &Inserted,
 ) -> Result<()> {
     let mut batches: Vec<&MessageBatch<'_>> =
         batches.iter().filter(|b| !b.chain.is_empty()).collect();
@@ -121,7 +123,7 @@ pub(super) async fn record_heads_on(
             .execute(&mut *connection)
             .await?;
     }
-    open_on(connection, backend, &batches).await
+    open_on(connection, backend, &batches, inserted).await
 }
 
 fn head_row<'a>(batch: &MessageBatch<'a>, head: &'a ChainHash) -> HeadRow<'a> {
