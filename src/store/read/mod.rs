@@ -12,7 +12,9 @@ mod listing;
 mod overview;
 mod requests;
 
-pub use conversations::{ConversationDetail, ConversationSummary, MessageNode};
+pub use conversations::{
+    Branch, ConversationDetail, ConversationSummary, DetailQuery, Figures, Listed, MessageNode,
+};
 pub use listing::{ListQuery, SortBy, MAX_PAGE};
 pub use overview::{LearnedWindow, MessageText, Overview};
 pub use requests::RequestPoint;
