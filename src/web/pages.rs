@@ -1,14 +1,15 @@
 //! Beside the flow, the operator page: the pages.
 //!
-//! The three pages. Each reads the store with a bounded query and hands
-//! plain views to its template.
+//! The three pages. Each reads the store with bounded queries, a page of
+//! any long list at a time, and hands plain views to its template.
 
 use super::templates::render;
 use super::view;
-use crate::conversation::{ChainHash, ConversationId, TenantId};
-use crate::format::utc_time;
+use crate::conversation::{ConversationId, TenantId};
+use crate::domain::Compaction;
+use crate::format::{human_bytes, utc_time};
 use crate::state::AppState;
-use crate::store::{ListQuery, SortBy, Store, StoreError, MAX_PAGE};
+use crate::store::{ListQuery, RequestPoint, SortBy, Store, StoreError, MAX_PAGE};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -20,9 +21,20 @@ use serde_json::json;
 const PAGE: i64 = 50;
 
 /// Messages of the live branch loaded for a conversation page (with the
-/// start of their bodies): enough to show what the summaries folded in.
+/// start of their bodies), at most: enough to show what the summaries on
+/// the page folded in.
 const PATH_MESSAGES: i64 = 2_000;
 const PREVIEW_CHARS: i64 = 300;
+/// The newest messages of the live branch shown.
+const RECENT_MESSAGES: usize = 100;
+/// Requests per page of the chart.
+const REQUESTS_PAGE: i64 = 500;
+/// Compactions (with their summaries) per page.
+const COMPACTIONS_PAGE: i64 = 20;
+/// The newest branches listed.
+const BRANCHES_SHOWN: i64 = 20;
+/// Compaction marks on one page of the chart, at most.
+const MAX_MARKS: i64 = 1_000;
 
 fn no_database() -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, "no database configured\n").into_response()
@@ -112,9 +124,18 @@ pub async fn conversations(
     )
 }
 
+/// Which page of a conversation's requests and compactions: how many of
+/// the newest to skip.
+#[derive(Deserialize, Default)]
+pub struct ConversationParams {
+    requests: Option<i64>,
+    compactions: Option<i64>,
+}
+
 pub async fn conversation(
     State(state): State<AppState>,
     Path((tenant, conversation)): Path<(String, String)>,
+    Query(params): Query<ConversationParams>,
 ) -> Response {
     let Some(store) = state.storage.store() else {
         return no_database();
@@ -125,27 +146,77 @@ pub async fn conversation(
         return StatusCode::NOT_FOUND.into_response();
     };
     let tenant = TenantId::from_stored(tenant.to_ascii_lowercase());
-    match conversation_page(store, tenant, conversation).await {
+    match conversation_page(store, tenant, conversation, &params).await {
         Ok(Some(page)) => page,
         Ok(None) => StatusCode::NOT_FOUND.into_response(),
         Err(error) => unavailable(error),
     }
 }
 
+/// `?requests=…&compactions=…` of a conversation's page.
+fn page_href(base: &str, requests: i64, compactions: i64) -> String {
+    format!("{base}?requests={requests}&compactions={compactions}")
+}
+
+/// Links to the older and the newer page of a list of `total`, `offset`
+/// skipped, `page` a page: (older, newer) offsets.
+fn neighbours(offset: i64, page: i64, total: i64) -> (Option<i64>, Option<i64>) {
+    let older = (offset + page < total).then_some(offset + page);
+    let newer = (offset > 0).then(|| (offset - page).max(0));
+    (older, newer)
+}
+
+/// A conversation's page: its list row, a page of its requests (the chart)
+/// with the compactions made meanwhile, a page of its compactions, its
+/// newest branches and the newest messages of its live branch. Each is a
+/// bounded read, whatever the conversation's size.
 async fn conversation_page(
     store: &Store,
     tenant: TenantId,
     conversation: ConversationId,
+    params: &ConversationParams,
 ) -> Result<Option<Response>, StoreError> {
     let Some(row) = store.conversation_row(&tenant, &conversation).await? else {
         return Ok(None);
     };
-    let points = store.conversation_requests(&tenant, &conversation).await?;
-    let detail = store
-        .conversation_tree(tenant.clone(), conversation)
+    let Some(summary) = store.conversation_summary(&tenant, &conversation).await? else {
+        return Ok(None);
+    };
+    let requests_offset = params.requests.unwrap_or(0).clamp(0, 1_000_000);
+    let requests = store
+        .conversation_requests_page(&tenant, &conversation, requests_offset, REQUESTS_PAGE)
         .await?;
-    let head = live_head(&detail, &row.head);
-    let from = (row.messages - PATH_MESSAGES).max(0);
+    let points: Vec<RequestPoint> = requests.items.iter().rev().cloned().collect();
+    let marks = chart_marks(store, &tenant, &conversation, &points, requests_offset).await?;
+    let compactions_offset = params
+        .compactions
+        .unwrap_or(0)
+        .clamp(0, summary.compactions.max(0));
+    let mut shown = store
+        .conversation_compactions(&tenant, &conversation, compactions_offset, COMPACTIONS_PAGE)
+        .await?;
+    shown.reverse();
+    let before = store
+        .conversation_compactions(
+            &tenant,
+            &conversation,
+            compactions_offset + COMPACTIONS_PAGE,
+            1,
+        )
+        .await?
+        .first()
+        .map_or(0, |c| c.prefix_len);
+    let branches = store
+        .conversation_branches(&tenant, &conversation, BRANCHES_SHOWN)
+        .await?;
+    let head = match store.stored_prefix_len(&tenant, &[row.head]).await? {
+        1 => row.head,
+        _ => branches.first().map_or(row.root, |b| b.head),
+    };
+    let from = (row.messages - RECENT_MESSAGES as i64)
+        .min(before + 1)
+        .max(row.messages - PATH_MESSAGES)
+        .max(0);
     let path = store
         .path_texts(&tenant, &head, from, PREVIEW_CHARS)
         .await?;
@@ -153,6 +224,14 @@ async fn conversation_page(
         .label
         .clone()
         .unwrap_or_else(|| format!("Conversation {}", conversation.short()));
+    let base = view::href(tenant.as_str(), &conversation);
+    let first_point = (requests.total - requests_offset - points.len() as i64).max(0) as usize + 1;
+    let (older_requests, newer_requests) =
+        neighbours(requests_offset, REQUESTS_PAGE, requests.total);
+    let (older_compactions, newer_compactions) =
+        neighbours(compactions_offset, COMPACTIONS_PAGE, summary.compactions);
+    let first_compaction = summary.compactions - compactions_offset - shown.len() as i64 + 1;
+    let chart = view::chart(&points, first_point, &marks);
     Ok(Some(render(
         "conversation.html",
         context! {
@@ -161,28 +240,60 @@ async fn conversation_page(
             id_short => conversation.short(),
             root_short => row.root.short(),
             messages => row.messages,
+            reached => summary.messages,
+            size => human_bytes(summary.bytes),
             requests => row.requests,
+            requests_kept => requests.total,
+            requests_shown => json!({
+                "first": first_point, "last": first_point + points.len() - 1,
+                "total": requests.total,
+                "older": older_requests.map(|o| page_href(&base, o, compactions_offset)),
+                "newer": newer_requests.map(|o| page_href(&base, o, compactions_offset)),
+            }),
             context => view::context(row.tokens, row.window_tokens),
             last_activity => utc_time(row.last_activity_ms),
-            chart => view::chart(&points, &detail.compactions),
-            compactions => view::compactions(&detail, &path),
-            branches => view::branches(&detail, &path),
-            recent => view::texts(&path, 100),
+            window_note => chart["window_note"].clone(),
+            chart,
+            marks => marks.iter().map(view::mark).collect::<Vec<_>>(),
+            compaction_count => summary.compactions,
+            compactions => view::compactions(&shown, first_compaction, before, &path),
+            compactions_shown => json!({
+                "first": first_compaction, "last": first_compaction + shown.len() as i64 - 1,
+                "older": older_compactions.map(|o| page_href(&base, requests_offset, o)),
+                "newer": newer_compactions.map(|o| page_href(&base, requests_offset, o)),
+            }),
+            branch_count => summary.branches,
+            branches => view::branches(&branches, &head),
+            recent => view::texts(&path, RECENT_MESSAGES),
         },
     )))
 }
 
-/// The tip of the live branch: the newest request's head when it is
-/// stored, else the newest message the conversation reaches.
-fn live_head(detail: &crate::store::ConversationDetail, newest: &ChainHash) -> ChainHash {
-    if detail.messages.iter().any(|m| m.hash == *newest) {
-        return *newest;
-    }
-    detail
-        .messages
-        .iter()
-        .max_by_key(|m| (m.created_at_ms, m.position))
-        .map_or(detail.root, |m| m.hash)
+/// The compactions made while the requests of `points` (a page, oldest
+/// first, `offset` newer ones after it) were served: from the page's
+/// first request to the request after it.
+async fn chart_marks(
+    store: &Store,
+    tenant: &TenantId,
+    conversation: &ConversationId,
+    points: &[RequestPoint],
+    offset: i64,
+) -> Result<Vec<Compaction>, StoreError> {
+    let Some(first) = points.first() else {
+        return Ok(Vec::new());
+    };
+    let until = match offset {
+        0 => None,
+        _ => store
+            .conversation_requests_page(tenant, conversation, offset - 1, 1)
+            .await?
+            .items
+            .first()
+            .map(|next| next.at_ms),
+    };
+    store
+        .compactions_between(tenant, conversation, first.at_ms, until, MAX_MARKS)
+        .await
 }
 
 #[derive(Deserialize)]
