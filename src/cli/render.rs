@@ -138,7 +138,14 @@ fn render_requests(listed: &Listed<RequestPoint>) -> String {
         return out;
     }
     let mut table = vec![[
-        "AT", "MESSAGES", "ESTIMATED", "REPORTED", "WINDOW", "COMPACTED", "COMPACTIONS", "STATUS",
+        "AT",
+        "MESSAGES",
+        "ESTIMATED",
+        "REPORTED",
+        "WINDOW",
+        "COMPACTED",
+        "COMPACTIONS",
+        "STATUS",
     ]
     .map(str::to_owned)
     .to_vec()];

@@ -343,9 +343,7 @@ impl Store {
         let mut found = Vec::new();
         for chunk in prefixes.chunks(HASH_CHUNK) {
             let mut fixed = AnyArguments::default();
-            fixed
-                .add(tenant.as_str())
-                .map_err(sqlx::Error::Encode)?;
+            fixed.add(tenant.as_str()).map_err(sqlx::Error::Encode)?;
             let (text, arguments) = COMPACTIONS_AT.bound(self.backend, fixed, &hash_rows(chunk))?;
             let rows: Vec<Compaction> = sqlx::query_as_with(text, arguments)
                 .fetch_all(&self.pool)
@@ -457,7 +455,10 @@ impl Store {
         let parents: HashSet<ChainHash> = messages.iter().filter_map(|m| m.parent).collect();
         let figures = Figures {
             messages: messages.iter().filter(|m| m.position > 0).count() as i64,
-            branches: messages.iter().filter(|m| !parents.contains(&m.hash)).count() as i64,
+            branches: messages
+                .iter()
+                .filter(|m| !parents.contains(&m.hash))
+                .count() as i64,
             bytes: messages.iter().map(|m| m.bytes).sum(),
             compactions: compactions.len() as i64,
             requests_kept: 0,

@@ -233,7 +233,10 @@ fn add_cell(arguments: &mut AnyArguments<'_>, cell: Value) -> Result<(), sqlx::E
 }
 
 /// Adds `value` to `arguments`, for a statement's own parameters.
-pub(in crate::store) fn add<'q, T>(arguments: &mut AnyArguments<'q>, value: T) -> Result<(), sqlx::Error>
+pub(in crate::store) fn add<'q, T>(
+    arguments: &mut AnyArguments<'q>,
+    value: T,
+) -> Result<(), sqlx::Error>
 where
     T: sqlx::Encode<'q, sqlx::Any> + sqlx::Type<sqlx::Any> + 'q,
 {
@@ -258,7 +261,10 @@ fn json_rows<T: Serialize>(rows: &[T]) -> Result<String, sqlx::Error> {
     serde_json::to_string(rows).map_err(encode_error)
 }
 /// Serializes a chain hash as the hex text the hash columns hold.
-pub(in crate::store) fn hex<S: Serializer>(hash: &ChainHash, serializer: S) -> Result<S::Ok, S::Error> {
+pub(in crate::store) fn hex<S: Serializer>(
+    hash: &ChainHash,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
     serializer.serialize_str(hash.hex().as_str())
 }
 

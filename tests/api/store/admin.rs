@@ -20,7 +20,9 @@ async fn the_admin_views_show_a_conversation_and_its_branch(backend: TestBackend
     persist(&store, &original, 11).await;
     persist(&store, &edited, 11).await;
     store
-        .insert_compaction(&original.tenant, &original.conversation(),
+        .insert_compaction(
+            &original.tenant,
+            &original.conversation(),
             &compaction(&original, 5, 0, Trigger::Overflow),
         )
         .await

@@ -29,7 +29,9 @@ async fn the_deepest_compaction_of_the_chain_wins(backend: TestBackend) {
             .expect("insert"));
     }
     assert!(store
-        .insert_compaction(&other_tenant, &chain.conversation(),
+        .insert_compaction(
+            &other_tenant,
+            &chain.conversation(),
             &compaction(&chain, 15, 12, Trigger::Overflow)
         )
         .await
