@@ -5,11 +5,14 @@
 
 use super::templates::render;
 use super::view;
-use crate::conversation::{ConversationId, TenantId};
+use crate::conversation::{ChainHash, ConversationId, TenantId};
 use crate::domain::Compaction;
 use crate::format::{human_bytes, utc_time};
 use crate::state::AppState;
-use crate::store::{ListQuery, RequestPoint, SortBy, Store, StoreError, MAX_PAGE};
+use crate::store::{
+    Branch, ConversationRow, ConversationSummary, ListQuery, Listed, MessageText, RequestPoint,
+    SortBy, Store, StoreError, MAX_PAGE,
+};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -166,6 +169,23 @@ fn neighbours(offset: i64, page: i64, total: i64) -> (Option<i64>, Option<i64>) 
     (older, newer)
 }
 
+/// What a conversation's page shows, read.
+struct ConversationRead {
+    row: ConversationRow,
+    summary: ConversationSummary,
+    requests: Listed<RequestPoint>,
+    /// The page's requests, oldest first.
+    points: Vec<RequestPoint>,
+    marks: Vec<Compaction>,
+    /// The page's compactions, oldest first, and the prefix of the one
+    /// before them.
+    compactions: Listed<Compaction>,
+    before: i64,
+    branches: Vec<Branch>,
+    head: ChainHash,
+    path: Vec<MessageText>,
+}
+
 /// A conversation's page: its list row, a page of its requests (the chart)
 /// with the compactions made meanwhile, a page of its compactions, its
 /// newest branches and the newest messages of its live branch. Each is a
@@ -188,24 +208,9 @@ async fn conversation_page(
         .await?;
     let points: Vec<RequestPoint> = requests.items.iter().rev().cloned().collect();
     let marks = chart_marks(store, &tenant, &conversation, &points, requests_offset).await?;
-    let compactions_offset = params
-        .compactions
-        .unwrap_or(0)
-        .clamp(0, summary.compactions.max(0));
-    let mut shown = store
-        .conversation_compactions(&tenant, &conversation, compactions_offset, COMPACTIONS_PAGE)
-        .await?;
-    shown.reverse();
-    let before = store
-        .conversation_compactions(
-            &tenant,
-            &conversation,
-            compactions_offset + COMPACTIONS_PAGE,
-            1,
-        )
-        .await?
-        .first()
-        .map_or(0, |c| c.prefix_len);
+    let offset = params.compactions.unwrap_or(0);
+    let (compactions, before) =
+        compaction_page(store, &tenant, &conversation, offset, summary.compactions).await?;
     let branches = store
         .conversation_branches(&tenant, &conversation, BRANCHES_SHOWN)
         .await?;
@@ -220,19 +225,106 @@ async fn conversation_page(
     let path = store
         .path_texts(&tenant, &head, from, PREVIEW_CHARS)
         .await?;
+    let read = ConversationRead {
+        row,
+        summary,
+        requests,
+        points,
+        marks,
+        compactions,
+        before,
+        branches,
+        head,
+        path,
+    };
+    Ok(Some(render_conversation(&tenant, &conversation, read)))
+}
+
+/// Which requests (the first's number, how many) and which compactions
+/// (the first's number) the page shows, of how many, with the links to
+/// the older and the newer page of each.
+fn paging(
+    base: &str,
+    (requests, first_point, points): (&Listed<RequestPoint>, i64, usize),
+    (compactions, first_compaction): (&Listed<Compaction>, i64),
+) -> (serde_json::Value, serde_json::Value) {
+    let href = |requests: i64, compactions: i64| page_href(base, requests, compactions);
+    let (older, newer) = neighbours(requests.offset, REQUESTS_PAGE, requests.total);
+    let requests_shown = json!({
+        "first": first_point, "last": first_point + points as i64 - 1, "total": requests.total,
+        "older": older.map(|o| href(o, compactions.offset)),
+        "newer": newer.map(|o| href(o, compactions.offset)),
+    });
+    let (older, newer) = neighbours(compactions.offset, COMPACTIONS_PAGE, compactions.total);
+    let shown = compactions.items.len() as i64;
+    let compactions_shown = json!({
+        "first": first_compaction, "last": first_compaction + shown - 1,
+        "total": compactions.total,
+        "older": older.map(|o| href(requests.offset, o)),
+        "newer": newer.map(|o| href(requests.offset, o)),
+    });
+    (requests_shown, compactions_shown)
+}
+
+/// A page of a conversation's compactions, oldest first, and the prefix
+/// length of the compaction before it (0 for none).
+async fn compaction_page(
+    store: &Store,
+    tenant: &TenantId,
+    conversation: &ConversationId,
+    offset: i64,
+    total: i64,
+) -> Result<(Listed<Compaction>, i64), StoreError> {
+    let offset = offset.clamp(0, total.max(0));
+    let mut items = store
+        .conversation_compactions(tenant, conversation, offset, COMPACTIONS_PAGE)
+        .await?;
+    items.reverse();
+    let before = store
+        .conversation_compactions(tenant, conversation, offset + COMPACTIONS_PAGE, 1)
+        .await?
+        .first()
+        .map_or(0, |c| c.prefix_len);
+    let page = Listed {
+        items,
+        offset,
+        total,
+    };
+    Ok((page, before))
+}
+
+fn render_conversation(
+    tenant: &TenantId,
+    conversation: &ConversationId,
+    read: ConversationRead,
+) -> Response {
+    let ConversationRead {
+        row,
+        summary,
+        requests,
+        points,
+        marks,
+        compactions,
+        before,
+        branches,
+        head,
+        path,
+    } = read;
     let title = row
         .label
         .clone()
         .unwrap_or_else(|| format!("Conversation {}", conversation.short()));
-    let base = view::href(tenant.as_str(), &conversation);
-    let first_point = (requests.total - requests_offset - points.len() as i64).max(0) as usize + 1;
-    let (older_requests, newer_requests) =
-        neighbours(requests_offset, REQUESTS_PAGE, requests.total);
-    let (older_compactions, newer_compactions) =
-        neighbours(compactions_offset, COMPACTIONS_PAGE, summary.compactions);
-    let first_compaction = summary.compactions - compactions_offset - shown.len() as i64 + 1;
-    let chart = view::chart(&points, first_point, &marks);
-    Ok(Some(render(
+    let base = view::href(tenant.as_str(), conversation);
+    let first_point = (requests.total - requests.offset - points.len() as i64).max(0) + 1;
+    let shown = &compactions.items;
+    let first_compaction = compactions.total - compactions.offset - shown.len() as i64 + 1;
+    let chart = view::chart(&points, first_point as usize, &marks);
+    let (requests_shown, compactions_shown) = paging(
+        &base,
+        (&requests, first_point, points.len()),
+        (&compactions, first_compaction),
+    );
+    render(
         "conversation.html",
         context! {
             title,
@@ -244,29 +336,20 @@ async fn conversation_page(
             size => human_bytes(summary.bytes),
             requests => row.requests,
             requests_kept => requests.total,
-            requests_shown => json!({
-                "first": first_point, "last": first_point + points.len() - 1,
-                "total": requests.total,
-                "older": older_requests.map(|o| page_href(&base, o, compactions_offset)),
-                "newer": newer_requests.map(|o| page_href(&base, o, compactions_offset)),
-            }),
+            requests_shown,
             context => view::context(row.tokens, row.window_tokens),
             last_activity => utc_time(row.last_activity_ms),
             window_note => chart["window_note"].clone(),
             chart,
             marks => marks.iter().map(view::mark).collect::<Vec<_>>(),
-            compaction_count => summary.compactions,
-            compactions => view::compactions(&shown, first_compaction, before, &path),
-            compactions_shown => json!({
-                "first": first_compaction, "last": first_compaction + shown.len() as i64 - 1,
-                "older": older_compactions.map(|o| page_href(&base, requests_offset, o)),
-                "newer": newer_compactions.map(|o| page_href(&base, requests_offset, o)),
-            }),
+            compaction_count => compactions.total,
+            compactions => view::compactions(shown, first_compaction, before, &path),
+            compactions_shown,
             branch_count => summary.branches,
             branches => view::branches(&branches, &head),
             recent => view::texts(&path, RECENT_MESSAGES),
         },
-    )))
+    )
 }
 
 /// The compactions made while the requests of `points` (a page, oldest

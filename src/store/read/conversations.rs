@@ -13,6 +13,7 @@
 //! requests a page at a time. They scan across tenants on purpose: the
 //! operator sees everything, but tenants stay opaque digests.
 
+use super::page::Listed;
 use super::requests::RequestPoint;
 use crate::conversation::{ChainHash, ConversationId, TenantId};
 use crate::domain::Compaction;
@@ -80,26 +81,6 @@ pub struct Figures {
     pub compactions: i64,
     /// Request rows kept for its chart.
     pub requests_kept: i64,
-}
-
-/// A page of a longer list.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Listed<T> {
-    pub items: Vec<T>,
-    /// How many come before the page.
-    pub offset: i64,
-    /// How many there are in all.
-    pub total: i64,
-}
-
-impl<T> Default for Listed<T> {
-    fn default() -> Self {
-        Self {
-            items: Vec::new(),
-            offset: 0,
-            total: 0,
-        }
-    }
 }
 
 /// How much of a conversation `conversations show` reads.

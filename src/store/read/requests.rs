@@ -3,7 +3,7 @@
 //! The chart of one conversation: its stored request rows, as the write
 //! path kept them (`store::write::requests`), all of them or a page.
 
-use super::conversations::Listed;
+use super::page::Listed;
 use crate::conversation::{ConversationId, TenantId};
 use crate::store::{Result, Store, REQUESTS_KEPT};
 use sqlx::any::AnyRow;
