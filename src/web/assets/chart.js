@@ -64,6 +64,8 @@
     width: width,
     height: 320,
     plugins: [compactionMarks(data.marks)],
+    // The y axis as drawn, for reading and testing.
+    hooks: { draw: [function (u) { holder.dataset.yMax = String(u.scales.y.max); }] },
     scales: {
       x: { time: false, range: [first - 0.5, last + 0.5] },
       y: { range: [0, data.y_max] },
@@ -74,7 +76,6 @@
   var plot = new uPlot(options, columns, holder);
   holder.dataset.marks = String(data.marks.length);
   holder.dataset.points = String(data.x.length);
-  holder.dataset.yMax = String(plot.scales.y.max);
   holder.dataset.windowShown = String(data.window_shown);
   window.addEventListener("resize", function () {
     plot.setSize({ width: Math.max(holder.clientWidth, 400), height: 320 });
