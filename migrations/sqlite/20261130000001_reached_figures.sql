@@ -13,6 +13,13 @@ alter table conversations add column reached_bytes bigint not null default 0;
 alter table compactions add column conversation text;
 create index compactions_conversation on compactions (tenant, conversation, created_at);
 
+-- A head's position, so the newest part of a conversation's tree starts
+-- from its heads there without reading their messages.
+alter table conversation_heads add column position bigint;
+update conversation_heads set position = m.position
+from messages m
+where m.tenant = conversation_heads.tenant and m.hash = conversation_heads.head;
+
 -- What each stored conversation reaches, walked once here: every head and
 -- its ancestors, each message once per conversation.
 create temp table reach (

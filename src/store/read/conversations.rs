@@ -137,11 +137,14 @@ const SUMMARY_SQL: &str = "select c.tenant, c.conversation, c.root, c.label, \
      from conversations c";
 
 /// What conversation `$2` of tenant `$1` reaches at position `$3` or
-/// later: its heads there, walked up no further than `$3`.
+/// later: its heads there (by their recorded position; a head an older
+/// build recorded without one, by its message's), walked up no further
+/// than `$3`.
 const WINDOW_SQL: &str = "with recursive win(hash) as ( \
-    select h.head from conversation_heads h join messages m \
-        on m.tenant = h.tenant and m.hash = h.head \
-    where h.tenant = $1 and h.conversation = $2 and m.position >= $3 \
+    select h.head from conversation_heads h \
+    where h.tenant = $1 and h.conversation = $2 and (h.position >= $3 \
+        or (h.position is null and exists (select 1 from messages m \
+            where m.tenant = h.tenant and m.hash = h.head and m.position >= $3))) \
     union \
     select m.parent from messages m join win w on m.tenant = $1 and m.hash = w.hash \
     where m.parent is not null and m.position > $3) \
@@ -388,10 +391,12 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<Branch>> {
         let rows = sqlx::query(
-            "select h.head, h.created_at, m.position from conversation_heads h \
+            "select h.head, h.created_at, coalesce(h.position, m.position) as position \
+             from (select tenant, head, created_at, position from conversation_heads \
+                 where tenant = $1 and conversation = $2 \
+                 order by created_at desc, head limit $3) h \
              left join messages m on m.tenant = h.tenant and m.hash = h.head \
-             where h.tenant = $1 and h.conversation = $2 \
-             order by h.created_at desc, h.head limit $3",
+             order by h.created_at desc, h.head",
         )
         .bind(tenant.as_str())
         .bind(conversation.to_hex())

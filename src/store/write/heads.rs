@@ -53,19 +53,23 @@ struct HeadRow<'a> {
     tenant: &'a str,
     conversation: &'a ConversationId,
     head: &'a ChainHash,
+    /// The head's position: a view starts the newest part of a tree from
+    /// the heads there without reading their messages.
+    position: i64,
 }
 
-const HEAD_COLUMNS: [Column; 3] = [
+const HEAD_COLUMNS: [Column; 4] = [
     ("tenant", "text"),
     ("conversation", "text"),
     ("head", "text"),
+    ("position", "bigint"),
 ];
 
 /// Records the heads bound after `$1`, created at `$1`.
 static INSERT_HEADS: BatchStatement = BatchStatement::new(1, &HEAD_COLUMNS, |source| {
     format!(
-        "insert into conversation_heads (tenant, conversation, head, created_at) \
-         select r.tenant, r.conversation, r.head, $1 from {source} where true \
+        "insert into conversation_heads (tenant, conversation, head, created_at, position) \
+         select r.tenant, r.conversation, r.head, $1, r.position from {source} where true \
          on conflict (tenant, conversation, head) do nothing"
     )
 });
@@ -99,7 +103,10 @@ pub(super) async fn record_heads_on(
         let key = |x: &MessageBatch<'_>| (x.tenant.as_str().to_owned(), *x.conversation, x.at_ms);
         key(a).cmp(&key(b))
     });
-    let mut heads: Vec<HeadRow<'_>> = batches.iter().map(|b| head_row(b, b.head())).collect();
+    let mut heads: Vec<HeadRow<'_>> = batches
+        .iter()
+        .map(|b| head_row(b, b.head(), b.chain.len() as i64 - 1))
+        .collect();
     heads.sort_by(|a, b| {
         (a.tenant, a.conversation, a.head).cmp(&(b.tenant, b.conversation, b.head))
     });
@@ -112,7 +119,10 @@ pub(super) async fn record_heads_on(
         .await?;
     let mut extended: Vec<HeadRow<'_>> = batches
         .iter()
-        .filter_map(|b| Some(head_row(b, b.messages.first()?.parent.as_ref()?)))
+        .filter_map(|b| {
+            let first = b.messages.first()?;
+            Some(head_row(b, first.parent.as_ref()?, first.position - 1))
+        })
         .collect();
     extended.sort_by(|a, b| {
         (a.tenant, a.conversation, a.head).cmp(&(b.tenant, b.conversation, b.head))
@@ -126,8 +136,9 @@ pub(super) async fn record_heads_on(
     open_on(connection, backend, &batches, inserted).await
 }
 
-fn head_row<'a>(batch: &MessageBatch<'a>, head: &'a ChainHash) -> HeadRow<'a> {
+fn head_row<'a>(batch: &MessageBatch<'a>, head: &'a ChainHash, position: i64) -> HeadRow<'a> {
     HeadRow {
+        position,
         tenant: batch.tenant.as_str(),
         conversation: batch.conversation,
         head,
