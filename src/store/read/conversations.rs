@@ -139,18 +139,28 @@ const SUMMARY_SQL: &str = "select c.tenant, c.conversation, c.root, c.label, \
 /// What conversation `$2` of tenant `$1` reaches at position `$3` or
 /// later: its heads there (by their recorded position; a head an older
 /// build recorded without one, by its message's), walked up no further
-/// than `$3`.
+/// than `$3`. Each step reads its parent by a subquery, not a join: on a
+/// join with the walk, SQLite builds a Bloom filter of every message
+/// (0.1 s of a 100,000-message conversation, for a window of 200).
 const WINDOW_SQL: &str = "with recursive win(hash) as ( \
     select h.head from conversation_heads h \
     where h.tenant = $1 and h.conversation = $2 and (h.position >= $3 \
         or (h.position is null and exists (select 1 from messages m \
             where m.tenant = h.tenant and m.hash = h.head and m.position >= $3))) \
     union \
-    select m.parent from messages m join win w on m.tenant = $1 and m.hash = w.hash \
-    where m.parent is not null and m.position > $3) \
-    select m.hash, m.parent, m.position, m.role, m.bytes, m.token_estimate, m.label, \
-    m.created_at from messages m join win u on m.tenant = $1 and m.hash = u.hash \
-    order by m.position, m.created_at, m.hash";
+    select (select m.parent from messages m \
+        where m.tenant = $1 and m.hash = w.hash and m.position > $3) \
+    from win w where w.hash is not null) \
+    select hash from win where hash is not null";
+
+/// Tenant `$1`'s messages among the hashes bound after it, without their
+/// bodies.
+static NODES: BatchStatement = BatchStatement::new(1, &HASH_COLUMN, |source| {
+    format!(
+        "select hash, parent, position, role, bytes, token_estimate, label, created_at \
+         from messages where tenant = $1 and hash in (select r.hash from {source})"
+    )
+});
 
 /// Every message conversation `$2` of tenant `$1` reaches: a walk of all
 /// of them, for checks, never for a view.
@@ -302,19 +312,36 @@ impl Store {
     }
 
     /// Every message `conversation` reaches at position `from` or later,
-    /// by position then time: a walk of those alone.
+    /// by position then time: a walk of those alone, then their rows.
     pub async fn conversation_window(
         &self,
         tenant: &TenantId,
         conversation: &ConversationId,
         from: i64,
     ) -> Result<Vec<MessageNode>> {
-        Ok(sqlx::query_as(WINDOW_SQL)
+        let hashes: Vec<ChainHash> = sqlx::query(WINDOW_SQL)
             .bind(tenant.as_str())
             .bind(conversation.to_hex())
             .bind(from)
             .fetch_all(&self.pool)
-            .await?)
+            .await?
+            .iter()
+            .map(|row| hash_column(row, "hash"))
+            .collect::<Result<_, _>>()?;
+        let mut nodes: Vec<MessageNode> = Vec::with_capacity(hashes.len());
+        for chunk in hashes.chunks(HASH_CHUNK) {
+            let mut fixed = AnyArguments::default();
+            fixed.add(tenant.as_str()).map_err(sqlx::Error::Encode)?;
+            let (text, arguments) = NODES.bound(self.backend, fixed, &hash_rows(chunk))?;
+            let rows: Vec<MessageNode> = sqlx::query_as_with(text, arguments)
+                .fetch_all(&self.pool)
+                .await?;
+            nodes.extend(rows);
+        }
+        nodes.sort_by(|a, b| {
+            (a.position, a.created_at_ms, a.hash).cmp(&(b.position, b.created_at_ms, b.hash))
+        });
+        Ok(nodes)
     }
 
     /// The compactions of `tenant` whose prefix is one of `prefixes`, by
