@@ -9,10 +9,10 @@ one), the request rows the chart reads (the newest ones a conversation
 keeps), and its row in the conversation list; beside it, small
 conversations of another tenant, so the list has a page to show.
 
-Columns a newer schema adds to `conversations` or `compactions` are filled
-when present (`reached_messages`, `reached_bytes`, the compaction's
-`conversation`), with the values the write path keeps; a schema without
-them is left for its migrations to fill.
+Columns a newer schema adds are filled when present (`reached_messages`,
+`reached_bytes`, the compaction's `conversation`, the head's `position`),
+with the values the write path keeps; a schema without them is left for
+its migrations to fill.
 
 Usage: python3 views_data.py sqlite FILE | postgres URL
 Environment: MESSAGES (100000), COMPACTIONS (10000), BRANCHES (3000),
@@ -92,7 +92,7 @@ def long_conversation(rows):
         )
         main.append(hash_)
     # Dead ends: an edit and its answer every so many messages.
-    heads = [(main[-1], at)]
+    heads = [(main[-1], at, main_len)]
     every = max(1, main_len // (BRANCHES + 1))
     for branch in range(BRANCHES):
         at_position = (branch + 1) * every
@@ -106,9 +106,9 @@ def long_conversation(rows):
                  created, "bench-session")
             )
             parent = hash_
-        heads.append((parent, created))
-    for head, created in heads:
-        rows.heads.append((tenant, conversation, head, created))
+        heads.append((parent, created, at_position + 1))
+    for head, created, position in heads:
+        rows.heads.append((tenant, conversation, head, created, position))
     # Compactions: prefixes of the main line, each folding in the last.
     spacing = max(1, (main_len - 20) // COMPACTIONS)
     base = root
@@ -182,7 +182,7 @@ def small_conversations(rows):
             rows.messages.append((tenant, hash_, parent, position, role, text, at, f"small-{c}"))
             chain.append(hash_)
             parent, at = hash_, at + 1_000
-        rows.heads.append((tenant, chain[0], parent, at))
+        rows.heads.append((tenant, chain[0], parent, at, 10))
         rows.conversations.append({
             "tenant": tenant, "conversation": chain[0], "root": root, "label": f"small-{c}",
             "head": parent, "messages": 10, "branches": 1, "requests": 5, "compactions": 0,
@@ -199,7 +199,12 @@ def message_rows(rows):
 
 MESSAGE_INSERT = ("tenant", "hash", "parent", "position", "role", "body", "bytes",
                   "token_estimate", "label", "created_at")
-HEAD_COLUMNS = ("tenant", "conversation", "head", "created_at")
+HEAD_COLUMNS = ("tenant", "conversation", "head", "created_at", "position")
+
+
+def head_columns(existing):
+    """The head's position, where the schema records it."""
+    return HEAD_COLUMNS if "position" in existing else HEAD_COLUMNS[:4]
 
 
 def dict_rows(dicts, columns):
@@ -211,9 +216,11 @@ def write_sqlite(path, rows):
 
     db = sqlite3.connect(path)
     existing = {t: [r[1] for r in db.execute(f"pragma table_info({t})")]
-                for t in ("compactions", "requests", "conversations")}
+                for t in ("compactions", "requests", "conversations", "conversation_heads")}
     db.executemany(insert_sql("messages", MESSAGE_INSERT, "?"), message_rows(rows))
-    db.executemany(insert_sql("conversation_heads", HEAD_COLUMNS, "?"), rows.heads)
+    heads = head_columns(existing["conversation_heads"])
+    db.executemany(insert_sql("conversation_heads", heads, "?"),
+                   [row[: len(heads)] for row in rows.heads])
     for table, dicts in (("compactions", rows.compactions), ("requests", rows.requests),
                          ("conversations", rows.conversations)):
         db.executemany(insert_sql(table, existing[table], "?"), dict_rows(dicts, existing[table]))
@@ -242,7 +249,7 @@ def write_postgres(url, rows):
                               check=True, text=True, capture_output=True, **kwargs).stdout
 
     existing = {}
-    for table in ("compactions", "requests", "conversations"):
+    for table in ("compactions", "requests", "conversations", "conversation_heads"):
         names = psql("-At", "-c", "select column_name from information_schema.columns "
                      f"where table_name = '{table}' order by ordinal_position")
         existing[table] = names.split()
@@ -250,7 +257,8 @@ def write_postgres(url, rows):
         copies = []
         for table, columns, data in (
             ("messages", MESSAGE_INSERT, message_rows(rows)),
-            ("conversation_heads", HEAD_COLUMNS, rows.heads),
+            ("conversation_heads", head_columns(existing["conversation_heads"]),
+             [row[: len(head_columns(existing["conversation_heads"]))] for row in rows.heads]),
             ("compactions", existing["compactions"],
              dict_rows(rows.compactions, existing["compactions"])),
             ("requests", existing["requests"], dict_rows(rows.requests, existing["requests"])),
