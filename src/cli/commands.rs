@@ -6,7 +6,7 @@ use super::render::{render_detail, render_list};
 use crate::cli::{Command, ConversationsCommand, TenantsCommand};
 use crate::config::Settings;
 use crate::conversation::TenantId;
-use crate::store::{Deleted, Store};
+use crate::store::{Deleted, DetailQuery, Store};
 use anyhow::Context;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -25,22 +25,30 @@ pub async fn run(command: Command, settings: &Settings) -> anyhow::Result<()> {
         Command::Conversations(ConversationsCommand::List { limit }) => {
             render_list(&store.list_conversations(limit).await?)
         }
-        Command::Conversations(ConversationsCommand::Show { id }) => {
-            match store.conversation(&id).await? {
+        Command::Conversations(ConversationsCommand::Show {
+            id,
+            messages,
+            limit,
+            page,
+        }) => {
+            let limit = limit.clamp(1, 10_000);
+            let query = DetailQuery {
+                positions: messages.max(1),
+                limit,
+                offset: (page.max(1) - 1).saturating_mul(limit),
+            };
+            match store.conversation_page(&id, &query).await? {
                 Some(detail) => render_detail(&detail),
                 None => anyhow::bail!("no conversation matches {id:?}"),
             }
         }
         Command::Conversations(ConversationsCommand::Delete { id }) => {
-            let Some(detail) = store.conversation(&id).await? else {
+            let Some((tenant, conversation)) = store.find_conversation(&id).await? else {
                 anyhow::bail!("no conversation matches {id:?}");
             };
-            let deleted = store
-                .delete_conversation(&detail.tenant, &detail.conversation)
-                .await?;
+            let deleted = store.delete_conversation(&tenant, &conversation).await?;
             format!(
-                "deleted conversation {}: {}\n",
-                detail.conversation,
+                "deleted conversation {conversation}: {}\n",
                 describe(&deleted)
             )
         }

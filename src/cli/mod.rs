@@ -67,11 +67,21 @@ pub enum ConversationsCommand {
         #[arg(long, default_value_t = 50)]
         limit: i64,
     },
-    /// One conversation: its messages by position, roles, sizes, branches,
-    /// compactions.
+    /// One conversation: its figures, the newest messages of its tree by
+    /// position (roles, sizes, branches, compaction points), and its
+    /// newest compactions and requests, a page at a time.
     Show {
         /// A prefix of the conversation's id, as `conversations list` prints it.
         id: String,
+        /// How many of the newest positions of its tree to show.
+        #[arg(long, default_value_t = 200)]
+        messages: i64,
+        /// Compactions and requests per page.
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+        /// Which page of compactions and requests: 1 is the newest.
+        #[arg(long, default_value_t = 1)]
+        page: i64,
     },
     /// Delete one conversation with its compactions and figures: the
     /// messages it shares with another conversation (a system prompt, an

@@ -7,7 +7,7 @@
 use crate::conversation::ChainHash;
 use crate::domain::Compaction;
 use crate::format::{align, human_bytes, utc_time};
-use crate::store::{ConversationDetail, ConversationSummary, MessageNode};
+use crate::store::{ConversationDetail, ConversationSummary, Listed, MessageNode, RequestPoint};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
@@ -48,6 +48,8 @@ pub fn render_list(rows: &[ConversationSummary]) -> String {
 /// The `conversations show` view: a header, then the tree, one message per
 /// line. The oldest child continues a line; every later child (an edit or a
 /// regeneration) starts an indented branch (`↳`) after its sibling's subtree.
+/// Only the newest positions are read; then a page of the newest
+/// compactions and of the newest requests, each saying how many there are.
 pub fn render_detail(detail: &ConversationDetail) -> String {
     let compactions: HashMap<ChainHash, &Compaction> = detail
         .compactions
@@ -75,6 +77,93 @@ pub fn render_detail(detail: &ConversationDetail) -> String {
             writeln!(out, "{indent}     {marker}").ok();
         }
     }
+    if detail.from_position > 0 {
+        writeln!(
+            out,
+            "(positions {} and later; --messages N shows more)",
+            detail.from_position
+        )
+        .ok();
+    }
+    out.push_str(&render_compactions(&detail.newest_compactions));
+    out.push_str(&render_requests(&detail.newest_requests));
+    out
+}
+
+/// `compactions 21–40 of 10000, newest first (--page 3: older)`.
+fn page_line<T>(what: &str, listed: &Listed<T>) -> String {
+    let (first, last) = (listed.offset + 1, listed.offset + listed.items.len() as i64);
+    let mut line = match listed.items.is_empty() {
+        true => format!("\n{what}: none of {}", listed.total),
+        false => format!("\n{what} {first}–{last} of {}, newest first", listed.total),
+    };
+    if last < listed.total {
+        let page = listed.offset / (listed.items.len().max(1) as i64) + 2;
+        line.push_str(&format!(" (--page {page}: older)"));
+    }
+    line.push('\n');
+    line
+}
+
+fn render_compactions(listed: &Listed<Compaction>) -> String {
+    let mut out = page_line("compactions", listed);
+    if listed.items.is_empty() {
+        return out;
+    }
+    let mut table = vec![[
+        "CREATED", "PREFIX", "TRIGGER", "MODEL", "SUMMARY", "TOKENS", "TOOK", "HASH",
+    ]
+    .map(str::to_owned)
+    .to_vec()];
+    for c in &listed.items {
+        table.push(vec![
+            utc_time(c.created_at_ms),
+            c.prefix_len.to_string(),
+            c.trigger.to_string(),
+            c.model.clone(),
+            human_bytes(i64::try_from(c.summary.len()).unwrap_or(i64::MAX)),
+            format!("{} → {}", c.tokens_before, c.tokens_after),
+            format!("{} ms", c.duration_ms),
+            c.prefix_hash.short(),
+        ]);
+    }
+    out.push_str(&align(&table, &[1, 4, 6]).join("\n"));
+    out.push('\n');
+    out
+}
+
+fn render_requests(listed: &Listed<RequestPoint>) -> String {
+    let mut out = page_line("requests kept", listed);
+    if listed.items.is_empty() {
+        return out;
+    }
+    let mut table = vec![[
+        "AT",
+        "MESSAGES",
+        "ESTIMATED",
+        "REPORTED",
+        "WINDOW",
+        "COMPACTED",
+        "COMPACTIONS",
+        "STATUS",
+    ]
+    .map(str::to_owned)
+    .to_vec()];
+    let or_dash = |value: Option<i64>| value.map_or_else(|| "-".to_owned(), |v| v.to_string());
+    for r in listed.items.iter().rev() {
+        table.push(vec![
+            utc_time(r.at_ms),
+            r.messages.to_string(),
+            r.estimated_tokens.to_string(),
+            or_dash(r.upstream_input_tokens),
+            or_dash(r.window_tokens),
+            or_dash(r.compacted_messages),
+            r.compactions.to_string(),
+            r.status.to_string(),
+        ]);
+    }
+    out.push_str(&align(&table, &[1, 2, 3, 4, 5, 6, 7]).join("\n"));
+    out.push('\n');
     out
 }
 
@@ -130,13 +219,7 @@ struct Layout {
 }
 
 fn detail_header(detail: &ConversationDetail) -> String {
-    let bytes: i64 = detail.messages.iter().map(|m| m.bytes).sum();
-    let parents: HashSet<ChainHash> = detail.messages.iter().filter_map(|m| m.parent).collect();
-    let leaves = detail
-        .messages
-        .iter()
-        .filter(|m| !parents.contains(&m.hash))
-        .count();
+    let figures = &detail.figures;
     let mut out = format!(
         "conversation {}  tenant {}  root {}\n",
         detail.conversation.short(),
@@ -147,11 +230,12 @@ fn detail_header(detail: &ConversationDetail) -> String {
         out.push_str(&format!("label: {label}\n"));
     }
     out.push_str(&format!(
-        "messages {}  branches {}  size {}  compactions {}\n\n",
-        detail.messages.len().saturating_sub(1),
-        leaves,
-        human_bytes(bytes),
-        detail.compactions.len()
+        "messages {}  branches {}  size {}  compactions {}  requests kept {}\n\n",
+        figures.messages,
+        figures.branches,
+        human_bytes(figures.bytes),
+        figures.compactions,
+        figures.requests_kept
     ));
     out
 }

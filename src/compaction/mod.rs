@@ -421,10 +421,10 @@ async fn write_summary(
 }
 
 async fn store(storage: &Storage, job: &Job<'_>, compaction: &Compaction) -> Option<bool> {
-    let tenant = &job.conversation.tenant;
+    let (tenant, id) = (&job.conversation.tenant, &job.conversation.id);
     let stored = storage
         .run("insert_compaction", |s| async move {
-            s.insert_compaction(tenant, compaction).await
+            s.insert_compaction(tenant, id, compaction).await
         })
         .await;
     if stored == Some(true) {

@@ -23,8 +23,8 @@ mod write;
 pub use coordination::{notify, StoreMemory};
 pub use degradable::Storage;
 pub use read::{
-    ConversationDetail, ConversationSummary, LearnedWindow, ListQuery, MessageNode, MessageText,
-    Overview, RequestPoint, SortBy, MAX_PAGE,
+    Branch, ConversationDetail, ConversationSummary, DetailQuery, Figures, LearnedWindow,
+    ListQuery, Listed, MessageNode, MessageText, Overview, RequestPoint, SortBy, MAX_PAGE,
 };
 pub use rows::now_ms;
 pub use write::{

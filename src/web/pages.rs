@@ -1,14 +1,18 @@
 //! Beside the flow, the operator page: the pages.
 //!
-//! The three pages. Each reads the store with a bounded query and hands
-//! plain views to its template.
+//! The three pages. Each reads the store with bounded queries, a page of
+//! any long list at a time, and hands plain views to its template.
 
 use super::templates::render;
 use super::view;
 use crate::conversation::{ChainHash, ConversationId, TenantId};
-use crate::format::utc_time;
+use crate::domain::Compaction;
+use crate::format::{human_bytes, utc_time};
 use crate::state::AppState;
-use crate::store::{ListQuery, SortBy, Store, StoreError, MAX_PAGE};
+use crate::store::{
+    Branch, ConversationRow, ConversationSummary, ListQuery, Listed, MessageText, RequestPoint,
+    SortBy, Store, StoreError, MAX_PAGE,
+};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -20,9 +24,20 @@ use serde_json::json;
 const PAGE: i64 = 50;
 
 /// Messages of the live branch loaded for a conversation page (with the
-/// start of their bodies): enough to show what the summaries folded in.
+/// start of their bodies), at most: enough to show what the summaries on
+/// the page folded in.
 const PATH_MESSAGES: i64 = 2_000;
 const PREVIEW_CHARS: i64 = 300;
+/// The newest messages of the live branch shown.
+const RECENT_MESSAGES: usize = 100;
+/// Requests per page of the chart.
+const REQUESTS_PAGE: i64 = 500;
+/// Compactions (with their summaries) per page.
+const COMPACTIONS_PAGE: i64 = 20;
+/// The newest branches listed.
+const BRANCHES_SHOWN: i64 = 20;
+/// Compaction marks on one page of the chart, at most.
+const MAX_MARKS: i64 = 1_000;
 
 fn no_database() -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, "no database configured\n").into_response()
@@ -112,9 +127,18 @@ pub async fn conversations(
     )
 }
 
+/// Which page of a conversation's requests and compactions: how many of
+/// the newest to skip.
+#[derive(Deserialize, Default)]
+pub struct ConversationParams {
+    requests: Option<i64>,
+    compactions: Option<i64>,
+}
+
 pub async fn conversation(
     State(state): State<AppState>,
     Path((tenant, conversation)): Path<(String, String)>,
+    Query(params): Query<ConversationParams>,
 ) -> Response {
     let Some(store) = state.storage.store() else {
         return no_database();
@@ -125,35 +149,182 @@ pub async fn conversation(
         return StatusCode::NOT_FOUND.into_response();
     };
     let tenant = TenantId::from_stored(tenant.to_ascii_lowercase());
-    match conversation_page(store, tenant, conversation).await {
+    match conversation_page(store, tenant, conversation, &params).await {
         Ok(Some(page)) => page,
         Ok(None) => StatusCode::NOT_FOUND.into_response(),
         Err(error) => unavailable(error),
     }
 }
 
+/// `?requests=…&compactions=…` of a conversation's page.
+fn page_href(base: &str, requests: i64, compactions: i64) -> String {
+    format!("{base}?requests={requests}&compactions={compactions}")
+}
+
+/// Links to the older and the newer page of a list of `total`, `offset`
+/// skipped, `page` a page: (older, newer) offsets.
+fn neighbours(offset: i64, page: i64, total: i64) -> (Option<i64>, Option<i64>) {
+    let older = (offset + page < total).then_some(offset + page);
+    let newer = (offset > 0).then(|| (offset - page).max(0));
+    (older, newer)
+}
+
+/// What a conversation's page shows, read.
+struct ConversationRead {
+    row: ConversationRow,
+    summary: ConversationSummary,
+    requests: Listed<RequestPoint>,
+    /// The page's requests, oldest first.
+    points: Vec<RequestPoint>,
+    marks: Vec<Compaction>,
+    /// The page's compactions, oldest first, and the prefix of the one
+    /// before them.
+    compactions: Listed<Compaction>,
+    before: i64,
+    branches: Vec<Branch>,
+    head: ChainHash,
+    path: Vec<MessageText>,
+}
+
+/// A conversation's page: its list row, a page of its requests (the chart)
+/// with the compactions made meanwhile, a page of its compactions, its
+/// newest branches and the newest messages of its live branch. Each is a
+/// bounded read, whatever the conversation's size.
 async fn conversation_page(
     store: &Store,
     tenant: TenantId,
     conversation: ConversationId,
+    params: &ConversationParams,
 ) -> Result<Option<Response>, StoreError> {
     let Some(row) = store.conversation_row(&tenant, &conversation).await? else {
         return Ok(None);
     };
-    let points = store.conversation_requests(&tenant, &conversation).await?;
-    let detail = store
-        .conversation_tree(tenant.clone(), conversation)
+    let Some(summary) = store.conversation_summary(&tenant, &conversation).await? else {
+        return Ok(None);
+    };
+    let requests_offset = params.requests.unwrap_or(0).clamp(0, 1_000_000);
+    let requests = store
+        .conversation_requests_page(&tenant, &conversation, requests_offset, REQUESTS_PAGE)
         .await?;
-    let head = live_head(&detail, &row.head);
-    let from = (row.messages - PATH_MESSAGES).max(0);
+    let points: Vec<RequestPoint> = requests.items.iter().rev().cloned().collect();
+    let marks = chart_marks(store, &tenant, &conversation, &points, requests_offset).await?;
+    let offset = params.compactions.unwrap_or(0);
+    let (compactions, before) =
+        compaction_page(store, &tenant, &conversation, offset, summary.compactions).await?;
+    let branches = store
+        .conversation_branches(&tenant, &conversation, BRANCHES_SHOWN)
+        .await?;
+    let head = match store.stored_prefix_len(&tenant, &[row.head]).await? {
+        1 => row.head,
+        _ => branches.first().map_or(row.root, |b| b.head),
+    };
+    let from = (row.messages - RECENT_MESSAGES as i64)
+        .min(before + 1)
+        .max(row.messages - PATH_MESSAGES)
+        .max(0);
     let path = store
         .path_texts(&tenant, &head, from, PREVIEW_CHARS)
         .await?;
+    let read = ConversationRead {
+        row,
+        summary,
+        requests,
+        points,
+        marks,
+        compactions,
+        before,
+        branches,
+        head,
+        path,
+    };
+    Ok(Some(render_conversation(&tenant, &conversation, read)))
+}
+
+/// Which requests (the first's number, how many) and which compactions
+/// (the first's number) the page shows, of how many, with the links to
+/// the older and the newer page of each.
+fn paging(
+    base: &str,
+    (requests, first_point, points): (&Listed<RequestPoint>, i64, usize),
+    (compactions, first_compaction): (&Listed<Compaction>, i64),
+) -> (serde_json::Value, serde_json::Value) {
+    let href = |requests: i64, compactions: i64| page_href(base, requests, compactions);
+    let (older, newer) = neighbours(requests.offset, REQUESTS_PAGE, requests.total);
+    let requests_shown = json!({
+        "first": first_point, "last": first_point + points as i64 - 1, "total": requests.total,
+        "older": older.map(|o| href(o, compactions.offset)),
+        "newer": newer.map(|o| href(o, compactions.offset)),
+    });
+    let (older, newer) = neighbours(compactions.offset, COMPACTIONS_PAGE, compactions.total);
+    let shown = compactions.items.len() as i64;
+    let compactions_shown = json!({
+        "first": first_compaction, "last": first_compaction + shown - 1,
+        "total": compactions.total,
+        "older": older.map(|o| href(requests.offset, o)),
+        "newer": newer.map(|o| href(requests.offset, o)),
+    });
+    (requests_shown, compactions_shown)
+}
+
+/// A page of a conversation's compactions, oldest first, and the prefix
+/// length of the compaction before it (0 for none).
+async fn compaction_page(
+    store: &Store,
+    tenant: &TenantId,
+    conversation: &ConversationId,
+    offset: i64,
+    total: i64,
+) -> Result<(Listed<Compaction>, i64), StoreError> {
+    let offset = offset.clamp(0, total.max(0));
+    let mut items = store
+        .conversation_compactions(tenant, conversation, offset, COMPACTIONS_PAGE)
+        .await?;
+    items.reverse();
+    let before = store
+        .conversation_compactions(tenant, conversation, offset + COMPACTIONS_PAGE, 1)
+        .await?
+        .first()
+        .map_or(0, |c| c.prefix_len);
+    let page = Listed {
+        items,
+        offset,
+        total,
+    };
+    Ok((page, before))
+}
+
+fn render_conversation(
+    tenant: &TenantId,
+    conversation: &ConversationId,
+    read: ConversationRead,
+) -> Response {
+    let ConversationRead {
+        row,
+        summary,
+        requests,
+        points,
+        marks,
+        compactions,
+        before,
+        branches,
+        head,
+        path,
+    } = read;
     let title = row
         .label
         .clone()
         .unwrap_or_else(|| format!("Conversation {}", conversation.short()));
-    Ok(Some(render(
+    let base = view::href(tenant.as_str(), conversation);
+    let first_point = (requests.total - requests.offset - points.len() as i64).max(0) + 1;
+    let shown = &compactions.items;
+    let first_compaction = compactions.total - compactions.offset - shown.len() as i64 + 1;
+    let chart = view::chart(&points, first_point as usize, &marks);
+    let (requests_shown, compactions_shown) = paging(
+        &base,
+        (&requests, first_point, points.len()),
+        (&compactions, first_compaction),
+    );
+    render(
         "conversation.html",
         context! {
             title,
@@ -161,28 +332,51 @@ async fn conversation_page(
             id_short => conversation.short(),
             root_short => row.root.short(),
             messages => row.messages,
+            reached => summary.messages,
+            size => human_bytes(summary.bytes),
             requests => row.requests,
+            requests_kept => requests.total,
+            requests_shown,
             context => view::context(row.tokens, row.window_tokens),
             last_activity => utc_time(row.last_activity_ms),
-            chart => view::chart(&points, &detail.compactions),
-            compactions => view::compactions(&detail, &path),
-            branches => view::branches(&detail, &path),
-            recent => view::texts(&path, 100),
+            window_note => chart["window_note"].clone(),
+            chart,
+            marks => marks.iter().map(view::mark).collect::<Vec<_>>(),
+            compaction_count => compactions.total,
+            compactions => view::compactions(shown, first_compaction, before, &path),
+            compactions_shown,
+            branch_count => summary.branches,
+            branches => view::branches(&branches, &head),
+            recent => view::texts(&path, RECENT_MESSAGES),
         },
-    )))
+    )
 }
 
-/// The tip of the live branch: the newest request's head when it is
-/// stored, else the newest message the conversation reaches.
-fn live_head(detail: &crate::store::ConversationDetail, newest: &ChainHash) -> ChainHash {
-    if detail.messages.iter().any(|m| m.hash == *newest) {
-        return *newest;
-    }
-    detail
-        .messages
-        .iter()
-        .max_by_key(|m| (m.created_at_ms, m.position))
-        .map_or(detail.root, |m| m.hash)
+/// The compactions made while the requests of `points` (a page, oldest
+/// first, `offset` newer ones after it) were served: from the page's
+/// first request to the request after it.
+async fn chart_marks(
+    store: &Store,
+    tenant: &TenantId,
+    conversation: &ConversationId,
+    points: &[RequestPoint],
+    offset: i64,
+) -> Result<Vec<Compaction>, StoreError> {
+    let Some(first) = points.first() else {
+        return Ok(Vec::new());
+    };
+    let until = match offset {
+        0 => None,
+        _ => store
+            .conversation_requests_page(tenant, conversation, offset - 1, 1)
+            .await?
+            .items
+            .first()
+            .map(|next| next.at_ms),
+    };
+    store
+        .compactions_between(tenant, conversation, first.at_ms, until, MAX_MARKS)
+        .await
 }
 
 #[derive(Deserialize)]

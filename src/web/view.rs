@@ -6,7 +6,7 @@
 use crate::conversation::{ChainHash, ConversationId};
 use crate::domain::Compaction;
 use crate::format::{human_bytes, utc_time};
-use crate::store::{ConversationDetail, ConversationRow, MessageText, RequestPoint};
+use crate::store::{Branch, ConversationRow, MessageText, RequestPoint};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -63,6 +63,8 @@ pub fn row(row: &ConversationRow) -> RowView {
 
 #[derive(Serialize)]
 pub struct CompactionView {
+    /// Its number in the conversation, 1 the oldest.
+    pub number: i64,
     pub prefix_len: i64,
     pub summary: String,
     pub model: String,
@@ -122,15 +124,21 @@ pub fn mark(compaction: &Compaction) -> String {
     )
 }
 
-/// Each compaction, with the messages it folded in beyond the previous one
-/// when they lie on the live branch (`path`, oldest first).
-pub fn compactions(detail: &ConversationDetail, path: &[MessageText]) -> Vec<CompactionView> {
+/// A page of compactions (oldest first, the first numbered `first`), each
+/// with the messages it folded in beyond the previous one (`before`: the
+/// prefix of the one before the page) when they lie on the live branch
+/// (`path`, oldest first).
+pub fn compactions(
+    page: &[Compaction],
+    first: i64,
+    before: i64,
+    path: &[MessageText],
+) -> Vec<CompactionView> {
     let on_path: HashSet<ChainHash> = path.iter().map(|m| m.hash).collect();
-    let mut previous = 0;
-    detail
-        .compactions
-        .iter()
-        .map(|c| {
+    let mut previous = before;
+    page.iter()
+        .zip(first..)
+        .map(|(c, number)| {
             let covered = if on_path.contains(&c.prefix_hash) {
                 path.iter()
                     .filter(|m| m.position > previous && m.position <= c.prefix_len)
@@ -141,6 +149,7 @@ pub fn compactions(detail: &ConversationDetail, path: &[MessageText]) -> Vec<Com
             };
             previous = c.prefix_len;
             CompactionView {
+                number,
                 prefix_len: c.prefix_len,
                 summary: c.summary.clone(),
                 model: c.model.clone(),
@@ -166,24 +175,16 @@ pub struct BranchView {
     pub live: bool,
 }
 
-/// The conversation's leaves, newest first; the one on the live path is
-/// live.
-pub fn branches(detail: &ConversationDetail, path: &[MessageText]) -> Vec<BranchView> {
-    let parents: HashSet<ChainHash> = detail.messages.iter().filter_map(|m| m.parent).collect();
-    let on_path: HashSet<ChainHash> = path.iter().map(|m| m.hash).collect();
-    let mut leaves: Vec<_> = detail
-        .messages
+/// The conversation's newest branches, newest first; the one ending at
+/// the live head is live.
+pub fn branches(branches: &[Branch], live: &ChainHash) -> Vec<BranchView> {
+    branches
         .iter()
-        .filter(|m| !parents.contains(&m.hash))
-        .collect();
-    leaves.sort_by_key(|m| std::cmp::Reverse(m.created_at_ms));
-    leaves
-        .into_iter()
-        .map(|m| BranchView {
-            hash: m.hash.short(),
-            position: m.position,
-            created: utc_time(m.created_at_ms),
-            live: on_path.contains(&m.hash),
+        .map(|b| BranchView {
+            hash: b.head.short(),
+            position: b.position.unwrap_or(0),
+            created: utc_time(b.created_at_ms),
+            live: b.head == *live,
         })
         .collect()
 }
@@ -192,22 +193,166 @@ pub fn branches(detail: &ConversationDetail, path: &[MessageText]) -> Vec<Branch
 /// the conversation (agents send in bursts, so time would squeeze the
 /// sawtooth into a line; each point's time is in `at`), and one mark per
 /// compaction just before the first request that carried its summary.
-pub fn chart(points: &[RequestPoint], compactions: &[Compaction]) -> Value {
-    let x: Vec<usize> = (1..=points.len()).collect();
+///
+/// The y axis is scaled to what was sent: a sawtooth of a few thousand
+/// tokens under a window of 128,000 would otherwise be a flat line at the
+/// bottom. The window is drawn when it lies within that scale, or not far
+/// above it (the scale then reaches it); else it is named in
+/// `window_note` instead of drawn.
+pub fn chart(points: &[RequestPoint], first: usize, compactions: &[Compaction]) -> Value {
+    let x: Vec<usize> = (first..first + points.len()).collect();
     let at: Vec<String> = points.iter().map(|p| utc_time(p.at_ms)).collect();
     let estimated: Vec<i64> = points.iter().map(|p| p.estimated_tokens).collect();
     let reported: Vec<Option<i64>> = points.iter().map(|p| p.upstream_input_tokens).collect();
-    let window: Vec<Option<i64>> = points.iter().map(|p| p.window_tokens).collect();
+    let scale = Scale::of(points);
+    let window: Vec<Option<i64>> = match scale.window_shown {
+        true => points.iter().map(|p| p.window_tokens).collect(),
+        false => Vec::new(),
+    };
     let marks: Vec<Value> = compactions
         .iter()
         .map(|c| {
-            let first = points
+            let index = points
                 .iter()
                 .position(|p| p.compacted_messages == Some(c.prefix_len))
                 .or_else(|| points.iter().position(|p| p.at_ms >= c.created_at_ms))
                 .unwrap_or(points.len());
-            json!({"x": first as f64 + 0.5, "label": mark(c), "covered": c.prefix_len})
+            json!({"x": (first + index) as f64 - 0.5, "label": mark(c), "covered": c.prefix_len})
         })
         .collect();
-    json!({"x": x, "at": at, "estimated": estimated, "reported": reported, "window": window, "marks": marks})
+    json!({
+        "x": x, "at": at, "estimated": estimated, "reported": reported, "window": window,
+        "marks": marks, "y_max": scale.y_max, "window_shown": scale.window_shown,
+        "window_note": scale.window_note,
+    })
+}
+
+/// The chart's y axis: from 0 to a round number above the largest
+/// request sent, or to the window when it is near.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scale {
+    pub y_max: i64,
+    pub window_shown: bool,
+    pub window_note: Option<String>,
+}
+
+/// The window is drawn when the largest request sent fills at least this
+/// share of it (in percent): the sawtooth then keeps most of the height.
+const WINDOW_NEAR_PERCENT: i64 = 60;
+
+impl Scale {
+    pub fn of(points: &[RequestPoint]) -> Self {
+        let sent = points
+            .iter()
+            .map(|p| p.estimated_tokens.max(p.upstream_input_tokens.unwrap_or(0)))
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let window = points.iter().filter_map(|p| p.window_tokens).max();
+        match window {
+            Some(window) if window > 0 && sent * 100 >= window * WINDOW_NEAR_PERCENT => Self {
+                y_max: round_up(sent.max(window) + sent.max(window) / 20),
+                window_shown: true,
+                window_note: None,
+            },
+            Some(window) if window > 0 => Self {
+                y_max: round_up(sent + sent / 10),
+                window_shown: false,
+                window_note: Some(format!(
+                    "The known window, {window} tokens, is above this scale: \
+                     the largest request sent was {sent} tokens ({}% of it).",
+                    sent * 100 / window
+                )),
+            },
+            _ => Self {
+                y_max: round_up(sent + sent / 10),
+                window_shown: false,
+                window_note: None,
+            },
+        }
+    }
+}
+
+/// A round number at least `n`: 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6 or 8
+/// times a power of ten, so the sawtooth keeps most of the chart's height.
+fn round_up(n: i64) -> i64 {
+    if n <= 10 {
+        return n.max(1);
+    }
+    let mut power = 1_i64;
+    while power.saturating_mul(10) <= n {
+        power = power.saturating_mul(10);
+    }
+    [10, 12, 15, 20, 25, 30, 40, 50, 60, 80, 100]
+        .into_iter()
+        .map(|tenths| power.saturating_mul(tenths) / 10)
+        .find(|round| *round >= n)
+        .unwrap_or(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(at: i64, tokens: i64, window: Option<i64>) -> RequestPoint {
+        RequestPoint {
+            at_ms: at,
+            messages: at,
+            estimated_tokens: tokens,
+            upstream_input_tokens: Some(tokens - 40),
+            window_tokens: window,
+            compacted_messages: None,
+            compactions: 0,
+            overflows: 0,
+            status: 200,
+        }
+    }
+
+    fn sawtooth(low: i64, high: i64, window: Option<i64>) -> Vec<RequestPoint> {
+        (0..60)
+            .map(|n| point(n, low + (high - low) * (n % 10) / 9, window))
+            .collect()
+    }
+
+    #[test]
+    fn a_small_sawtooth_under_a_large_window_fills_the_chart_and_names_the_window() {
+        let points = sawtooth(2_000, 5_000, Some(128_000));
+        let chart = chart(&points, 1, &[]);
+        let y_max = chart["y_max"].as_i64().expect("a number");
+        assert!(
+            (5_000..=10_000).contains(&y_max),
+            "the scale follows what was sent, not the window: {y_max}"
+        );
+        assert_eq!(chart["window_shown"], json!(false));
+        assert_eq!(chart["window"], json!([]), "no window line off the scale");
+        let note = chart["window_note"].as_str().expect("a note");
+        assert!(note.contains("128000") && note.contains("5000"), "{note}");
+    }
+
+    #[test]
+    fn a_sawtooth_near_its_window_shows_the_window_within_the_scale() {
+        let points = sawtooth(40_000, 110_000, Some(128_000));
+        let chart = chart(&points, 1, &[]);
+        let y_max = chart["y_max"].as_i64().expect("a number");
+        assert!((128_000..=200_000).contains(&y_max), "{y_max}");
+        assert_eq!(chart["window_shown"], json!(true));
+        assert_eq!(chart["window"].as_array().map(Vec::len), Some(60));
+        assert_eq!(chart["window_note"], Value::Null);
+    }
+
+    #[test]
+    fn without_a_window_the_scale_follows_the_largest_request() {
+        let chart = chart(&sawtooth(100, 900, None), 1, &[]);
+        assert_eq!(chart["y_max"], json!(1_000));
+        assert_eq!(chart["window_shown"], json!(false));
+        assert_eq!(chart["window_note"], Value::Null);
+    }
+
+    #[test]
+    fn round_up_picks_a_round_number_not_far_above() {
+        assert_eq!(
+            [1, 3, 10, 11, 5_500, 134_400, 140_800].map(round_up),
+            [1, 3, 10, 12, 6_000, 150_000, 150_000]
+        );
+    }
 }

@@ -161,6 +161,34 @@ async fn after_three_compactions_the_conversation_page_shows_three_marks_and_thr
         .expect("reported")
         .iter()
         .any(Value::is_i64));
+    // The y axis is scaled to what was sent: its top is above the largest
+    // request, not far, and the window is drawn only within it.
+    let reported: Vec<i64> = chart["reported"]
+        .as_array()
+        .expect("reported")
+        .iter()
+        .filter_map(Value::as_i64)
+        .collect();
+    let sent_max = estimated
+        .iter()
+        .chain(&reported)
+        .copied()
+        .max()
+        .expect("points");
+    let y_max = chart["y_max"].as_i64().expect("the scale's top");
+    let windows: Vec<i64> = chart["window"]
+        .as_array()
+        .expect("window")
+        .iter()
+        .filter_map(Value::as_i64)
+        .collect();
+    let drawn = windows.iter().copied().max().unwrap_or(0);
+    assert!(y_max >= sent_max.max(drawn), "{y_max} below what it draws");
+    assert!(
+        y_max <= 2 * sent_max.max(drawn),
+        "{y_max} far above {sent_max} sent"
+    );
+    assert_eq!(chart["window_shown"], json!(!windows.is_empty()));
 }
 
 async fn a_stored_script_renders_as_text(backend: TestBackend) {

@@ -96,6 +96,23 @@ async fn a_browser_sees_the_sawtooth_with_three_compaction_marks_and_three_summa
     b.goto(&agent_page).await.expect("opens");
     assert_eq!(wait_for_chart(b).await, json!("3"));
     assert_eq!(count(b, "#chart canvas").await, 1, "uPlot drew the chart");
+    // uPlot's y axis runs to the scale the page gave it, above the largest
+    // request sent and not far above it.
+    let scale = wait_for_some(PATIENCE, "the y axis drawn", || async {
+        let read = script(
+            b,
+            "var d = JSON.parse(document.getElementById('chart-data').textContent); \
+             var sent = d.estimated.concat(d.reported.filter(function (v) { return v !== null; })); \
+             var drawn = document.getElementById('chart').dataset.yMax; \
+             return drawn ? [Number(drawn), d.y_max, Math.max.apply(null, sent)] : null;",
+        )
+        .await;
+        Some(read).filter(|read| !read.is_null())
+    })
+    .await;
+    let [drawn, given, sent] = [0, 1, 2].map(|i| scale[i].as_f64().expect("a number"));
+    assert_eq!(drawn, given, "the chart's y axis is the page's scale");
+    assert!(given >= sent && given <= 2.0 * sent.max(4_000.0), "{scale}");
     assert_eq!(
         count(b, "#chart .cmark").await,
         3,

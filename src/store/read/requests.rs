@@ -1,8 +1,9 @@
 //! Beside the flow, the operator's views: per-request figures, read.
 //!
-//! The chart of one conversation: its stored request rows, oldest first,
-//! as the write path kept them (`store::write::requests`).
+//! The chart of one conversation: its stored request rows, as the write
+//! path kept them (`store::write::requests`), all of them or a page.
 
+use super::page::Listed;
 use crate::conversation::{ConversationId, TenantId};
 use crate::store::{Result, Store, REQUESTS_KEPT};
 use sqlx::any::AnyRow;
@@ -56,5 +57,40 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         Ok(rows)
+    }
+
+    /// A page of the stored requests of one conversation, newest first,
+    /// with how many are stored.
+    pub async fn conversation_requests_page(
+        &self,
+        tenant: &TenantId,
+        conversation: &ConversationId,
+        offset: i64,
+        limit: i64,
+    ) -> Result<Listed<RequestPoint>> {
+        let items = sqlx::query_as(
+            "select created_at, messages, estimated_tokens, upstream_input_tokens, window_tokens, \
+             compacted_messages, compactions, overflows, status \
+             from requests where tenant = $1 and conversation = $2 \
+             order by id desc limit $3 offset $4",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.to_hex())
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(&self.pool)
+        .await?;
+        let total = sqlx::query_scalar(
+            "select count(*) from requests where tenant = $1 and conversation = $2",
+        )
+        .bind(tenant.as_str())
+        .bind(conversation.to_hex())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(Listed {
+            items,
+            offset,
+            total,
+        })
     }
 }

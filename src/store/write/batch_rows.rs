@@ -33,7 +33,7 @@ use std::sync::OnceLock;
 /// A column of a row source: its name (the row's field) and, for
 /// Postgres, its SQL type. The first column of every source is never
 /// null: SQLite's padding rows are told apart by it.
-pub(super) type Column = (&'static str, &'static str);
+pub(in crate::store) type Column = (&'static str, &'static str);
 
 /// Row counts SQLite's texts are written for: 1, 2, 4, … 4,096. A batch is
 /// at most 2,000 rows (the largest chunk), and 4,096 rows of the widest
@@ -47,7 +47,7 @@ const SQLITE_PARAMETERS: usize = 32_766;
 /// A statement over a row source `r`: its text for each backend (and, on
 /// SQLite, each padded row count), written on first use and the same ever
 /// after, so each connection prepares it once.
-pub(super) struct BatchStatement {
+pub(in crate::store) struct BatchStatement {
     /// Writes the statement around the row source's text.
     write: fn(&str) -> String,
     /// The statement's own parameters, `$1` to `$fixed`, bound before the
@@ -62,7 +62,7 @@ impl BatchStatement {
     /// A statement with `fixed` parameters of its own, whose rows have
     /// `columns`; `write` puts the row source's text where the statement
     /// reads it.
-    pub(super) const fn new(
+    pub(in crate::store) const fn new(
         fixed: usize,
         columns: &'static [Column],
         write: fn(&str) -> String,
@@ -77,7 +77,7 @@ impl BatchStatement {
     }
 
     /// The text for `rows` rows.
-    pub(super) fn text(&'static self, backend: Backend, rows: usize) -> &'static str {
+    pub(in crate::store) fn text(&'static self, backend: Backend, rows: usize) -> &'static str {
         match backend {
             Backend::Postgres => self
                 .postgres
@@ -94,7 +94,7 @@ impl BatchStatement {
 
     /// The text for `rows` and its arguments: the statement's own,
     /// already in `arguments`, then the rows.
-    pub(super) fn bound<'q, T: Serialize>(
+    pub(in crate::store) fn bound<'q, T: Serialize>(
         &'static self,
         backend: Backend,
         mut arguments: AnyArguments<'q>,
@@ -233,7 +233,10 @@ fn add_cell(arguments: &mut AnyArguments<'_>, cell: Value) -> Result<(), sqlx::E
 }
 
 /// Adds `value` to `arguments`, for a statement's own parameters.
-pub(super) fn add<'q, T>(arguments: &mut AnyArguments<'q>, value: T) -> Result<(), sqlx::Error>
+pub(in crate::store) fn add<'q, T>(
+    arguments: &mut AnyArguments<'q>,
+    value: T,
+) -> Result<(), sqlx::Error>
 where
     T: sqlx::Encode<'q, sqlx::Any> + sqlx::Type<sqlx::Any> + 'q,
 {
@@ -245,7 +248,7 @@ fn encode_error(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> s
 }
 
 /// `r.a, r.b, …`: the source's columns, in order.
-pub(super) fn source_columns(columns: &[Column]) -> String {
+pub(in crate::store) fn source_columns(columns: &[Column]) -> String {
     let names: Vec<String> = columns
         .iter()
         .map(|(name, _)| format!("r.{name}"))
@@ -258,12 +261,15 @@ fn json_rows<T: Serialize>(rows: &[T]) -> Result<String, sqlx::Error> {
     serde_json::to_string(rows).map_err(encode_error)
 }
 /// Serializes a chain hash as the hex text the hash columns hold.
-pub(super) fn hex<S: Serializer>(hash: &ChainHash, serializer: S) -> Result<S::Ok, S::Error> {
+pub(in crate::store) fn hex<S: Serializer>(
+    hash: &ChainHash,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
     serializer.serialize_str(hash.hex().as_str())
 }
 
 /// [`hex`] for a hash that may be absent.
-pub(super) fn optional_hex<S: Serializer>(
+pub(in crate::store) fn optional_hex<S: Serializer>(
     hash: &Option<ChainHash>,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
@@ -275,18 +281,18 @@ pub(super) fn optional_hex<S: Serializer>(
 
 /// One hash, as the rows [`hash_rows`] makes hold it.
 #[derive(Serialize)]
-pub(super) struct HashRow<'a> {
+pub(in crate::store) struct HashRow<'a> {
     #[serde(serialize_with = "hex")]
     hash: &'a ChainHash,
 }
 
 /// The hashes as a row source's rows, one [`HASH_COLUMN`] each.
-pub(super) fn hash_rows(hashes: &[ChainHash]) -> Vec<HashRow<'_>> {
+pub(in crate::store) fn hash_rows(hashes: &[ChainHash]) -> Vec<HashRow<'_>> {
     hashes.iter().map(|hash| HashRow { hash }).collect()
 }
 
 /// The one column of [`hash_rows`].
-pub(super) const HASH_COLUMN: [Column; 1] = [("hash", "text")];
+pub(in crate::store) const HASH_COLUMN: [Column; 1] = [("hash", "text")];
 
 #[cfg(test)]
 mod tests {

@@ -9,7 +9,7 @@
 
 use super::heads::record_heads_on;
 use super::messages::{
-    insert_rows, parents_stored, rows_in_lock_order, MessageBatch, INSERT_CHUNK,
+    insert_rows, parents_stored, rows_in_lock_order, Inserted, MessageBatch, INSERT_CHUNK,
 };
 use super::requests::{record_requests_on, RequestRecord};
 use crate::store::coordination::locks::{lock_tenant, TenantLock};
@@ -56,16 +56,16 @@ impl Store {
         for tenant in tenants {
             lock_tenant(&mut tx, self.backend, tenant, TenantLock::Shared).await?;
         }
-        let mut inserted = 0;
+        let mut inserted = Inserted::new();
         for chunk in rows.chunks(INSERT_CHUNK) {
-            inserted += insert_rows(&mut tx, self.backend, chunk, created_at).await?;
+            insert_rows(&mut tx, self.backend, chunk, created_at, &mut inserted).await?;
         }
         if !parents_stored(&mut tx, self.backend, messages).await? {
             return Err(StoreError::ParentMissing);
         }
-        record_heads_on(&mut tx, self.backend, messages, created_at).await?;
+        record_heads_on(&mut tx, self.backend, messages, created_at, &inserted).await?;
         record_requests_on(&mut tx, self.backend, records).await?;
         tx.commit().await?;
-        Ok(inserted)
+        Ok(inserted.len() as u64)
     }
 }

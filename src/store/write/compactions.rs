@@ -1,9 +1,11 @@
 //! Step 7, compact: compactions as stored.
 //!
-//! Compactions: which prefix of a chain a summary stands for.
+//! Compactions: which prefix of a chain a summary stands for, and for
+//! which conversation it was made (the operator's views list a
+//! conversation's compactions by it).
 
 use super::batch_rows::{add, hash_rows, BatchStatement, HASH_COLUMN};
-use crate::conversation::{ChainHash, TenantId};
+use crate::conversation::{ChainHash, ConversationId, TenantId};
 use crate::domain::{Compaction, Trigger, TrimRecord};
 use crate::store::rows::{hash_column, HASH_CHUNK};
 use crate::store::{Result, Store};
@@ -109,9 +111,10 @@ impl Store {
         Ok(deepest)
     }
 
-    /// Stores `compaction` in one statement, so a crash leaves either no row
-    /// or a complete one. Returns false, not an error, when a compaction of
-    /// that prefix already exists (another instance got there first).
+    /// Stores `compaction`, made for a request of `conversation`, in one
+    /// statement, so a crash leaves either no row or a complete one.
+    /// Returns false, not an error, when a compaction of that prefix
+    /// already exists (another instance got there first).
     #[tracing::instrument(
         name = "store.insert_compaction",
         level = "debug",
@@ -121,13 +124,14 @@ impl Store {
     pub async fn insert_compaction(
         &self,
         tenant: &TenantId,
+        conversation: &ConversationId,
         compaction: &Compaction,
     ) -> Result<bool> {
         let result = sqlx::query(
             "insert into compactions (tenant, prefix_hash, base_hash, prefix_len, summary, \
              summary_tokens, messages_compacted, tokens_before, tokens_after, model, trigger, \
-             trims, duration_ms, created_at) \
-             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+             trims, duration_ms, created_at, conversation) \
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
              on conflict (tenant, prefix_hash) do nothing",
         )
         .bind(tenant.as_str())
@@ -147,6 +151,7 @@ impl Store {
         )
         .bind(compaction.duration_ms)
         .bind(compaction.created_at_ms)
+        .bind(conversation.to_hex())
         .execute(&self.pool)
         .await?;
         Ok(result.rows_affected() == 1)

@@ -7,9 +7,18 @@
 //! it active, in the transaction that stores the messages ([`open_on`],
 //! from `heads`), so no stored message is unlisted; a batch of request
 //! figures rolls into it ([`roll_up_on`], from `requests`).
+//!
+//! The message write also keeps what the conversation reaches, so no view
+//! walks its messages to count them: a new conversation reaches its
+//! requests' whole chains; one already listed reaches, beyond what it
+//! did, the links its write inserted. A chain that passes through links
+//! another conversation stored first (a rewind into a shared opening) is
+//! counted short until pruning counts the conversation again
+//! (`lifecycle`).
 
 use super::batch_rows::{source_columns, BatchStatement, Column};
-use super::messages::MessageBatch;
+use super::messages::{Inserted, MessageBatch};
+use super::reach::{reached_on, Reached};
 use crate::conversation::{ChainHash, ConversationId, TenantId};
 use crate::store::rows::{conversation_column, hash_column};
 use crate::store::{Backend, Result};
@@ -17,7 +26,7 @@ use serde::{Serialize, Serializer};
 use sqlx::any::AnyArguments;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, FromRow, Row};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// One conversation as the list shows it: a row of `conversations`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -31,6 +40,7 @@ pub struct ConversationRow {
     /// The newest request's head.
     pub head: ChainHash,
     pub label: Option<String>,
+    /// Messages in its newest request, the system part not counted.
     pub messages: i64,
     pub branches: i64,
     pub requests: i64,
@@ -42,6 +52,10 @@ pub struct ConversationRow {
     pub last_activity_ms: i64,
     #[serde(rename = "created_at")]
     pub created_at_ms: i64,
+    /// Messages its heads reach, the roots not counted.
+    pub reached_messages: i64,
+    /// Bytes of the message bodies its heads reach, the roots counted.
+    pub reached_bytes: i64,
 }
 
 fn tenant_text<S: Serializer>(tenant: &TenantId, serializer: S) -> Result<S::Ok, S::Error> {
@@ -50,7 +64,7 @@ fn tenant_text<S: Serializer>(tenant: &TenantId, serializer: S) -> Result<S::Ok,
 
 /// The columns of [`ConversationRow`] as a JSON row source, in the
 /// table's order.
-const COLUMNS: [Column; 14] = [
+const COLUMNS: [Column; 16] = [
     ("tenant", "text"),
     ("conversation", "text"),
     ("root", "text"),
@@ -65,12 +79,15 @@ const COLUMNS: [Column; 14] = [
     ("model", "text"),
     ("last_activity", "bigint"),
     ("created_at", "bigint"),
+    ("reached_messages", "bigint"),
+    ("reached_bytes", "bigint"),
 ];
 
 /// The columns a read selects for [`ConversationRow`]'s `FromRow`.
 pub(in crate::store) const CONVERSATION_COLUMNS: &str =
     "tenant, conversation, root, head, label, messages, branches, \
-     requests, compactions, tokens, window_tokens, model, last_activity, created_at";
+     requests, compactions, tokens, window_tokens, model, last_activity, created_at, \
+     reached_messages, reached_bytes";
 
 impl<'r> FromRow<'r, AnyRow> for ConversationRow {
     fn from_row(row: &'r AnyRow) -> Result<Self, sqlx::Error> {
@@ -89,17 +106,22 @@ impl<'r> FromRow<'r, AnyRow> for ConversationRow {
             model: row.try_get("model")?,
             last_activity_ms: row.try_get("last_activity")?,
             created_at_ms: row.try_get("created_at")?,
+            reached_messages: row.try_get("reached_messages")?,
+            reached_bytes: row.try_get("reached_bytes")?,
         })
     }
 }
 
 /// Opens the conversations bound, or marks them active: a row that
-/// exists keeps its figures, which are the request rollup's.
+/// exists keeps its figures, which are the request rollup's, and adds what
+/// it reaches now beyond what it reached.
 static OPEN: BatchStatement = BatchStatement::new(0, &COLUMNS, |source| {
     format!(
         "insert into conversations ({}) select {} from {source} where true \
          on conflict (tenant, conversation) do update set \
          label = coalesce(excluded.label, conversations.label), \
+         reached_messages = conversations.reached_messages + excluded.reached_messages, \
+         reached_bytes = conversations.reached_bytes + excluded.reached_bytes, \
          last_activity = case when excluded.last_activity > conversations.last_activity \
          then excluded.last_activity else conversations.last_activity end",
         column_names(),
@@ -186,52 +208,87 @@ pub(super) async fn stored_heads_on(
     Ok(stored)
 }
 
-/// Opens or touches the row of every batch's conversation. `batches` are
-/// in key order, oldest first within a conversation, none without a chain.
+/// Which of the conversations bound have a row.
+static LISTED: BatchStatement = BatchStatement::new(0, &KEY_COLUMNS, |source| {
+    format!(
+        "select tenant, conversation from conversations \
+         where (tenant, conversation) in (select r.tenant, r.conversation from {source})"
+    )
+});
+
+/// Opens or touches the row of every batch's conversation, adding what
+/// the commit made it reach (`inserted`: the links it stored). `batches`
+/// are in key order, oldest first within a conversation, none without a
+/// chain.
 pub(super) async fn open_on(
     connection: &mut AnyConnection,
     backend: Backend,
     batches: &[&MessageBatch<'_>],
+    inserted: &Inserted,
 ) -> Result<()> {
-    let (text, arguments) = OPEN.bound(backend, AnyArguments::default(), &opened_rows(batches))?;
+    let groups: Vec<&[&MessageBatch<'_>]> = batches
+        .chunk_by(|a, b| (a.tenant, a.conversation) == (b.tenant, b.conversation))
+        .collect();
+    let keys: Vec<ConversationKey<'_>> = groups
+        .iter()
+        .map(|group| ConversationKey {
+            tenant: group[0].tenant.as_str(),
+            conversation: group[0].conversation,
+        })
+        .collect();
+    let (text, arguments) = LISTED.bound(backend, AnyArguments::default(), &keys)?;
+    let mut listed = HashSet::new();
+    for row in sqlx::query_with(text, arguments)
+        .fetch_all(&mut *connection)
+        .await?
+    {
+        let tenant: String = row.try_get("tenant")?;
+        listed.insert((tenant, conversation_column(&row, "conversation")?));
+    }
+    let new: Vec<bool> = keys
+        .iter()
+        .map(|key| !listed.contains(&(key.tenant.to_owned(), *key.conversation)))
+        .collect();
+    let reached = reached_on(connection, backend, &groups, &new, inserted).await?;
+    let rows: Vec<ConversationRow> = groups
+        .iter()
+        .zip(reached)
+        .map(|(group, reached)| opened_row(group, reached))
+        .collect();
+    let (text, arguments) = OPEN.bound(backend, AnyArguments::default(), &rows)?;
     sqlx::query_with(text, arguments)
         .execute(&mut *connection)
         .await?;
     Ok(())
 }
 
-/// One row per conversation (an upsert may touch a row once): its newest
+/// One conversation's row (an upsert may touch a row once): its newest
 /// request's, with the newest label any of them carried. The figures are
-/// a new row's; an existing row keeps its own.
-fn opened_rows(batches: &[&MessageBatch<'_>]) -> Vec<ConversationRow> {
-    let mut rows: Vec<ConversationRow> = Vec::new();
-    for batch in batches {
-        let row = ConversationRow {
-            tenant: batch.tenant.clone(),
-            conversation: *batch.conversation,
-            root: batch.chain[0],
-            head: *batch.head(),
-            label: batch.label.map(str::to_owned),
-            messages: batch.chain.len() as i64 - 1,
-            branches: 1,
-            requests: 0,
-            compactions: 0,
-            tokens: 0,
-            window_tokens: None,
-            model: String::new(),
-            last_activity_ms: batch.at_ms,
-            created_at_ms: batch.at_ms,
-        };
-        match rows.last_mut() {
-            Some(last) if (&last.tenant, last.conversation) == (&row.tenant, row.conversation) => {
-                let label = last.label.take();
-                *last = row;
-                last.label = last.label.take().or(label);
-            }
-            _ => rows.push(row),
-        }
+/// a new row's; an existing row keeps its own and adds `reached`.
+fn opened_row(group: &[&MessageBatch<'_>], reached: Reached) -> ConversationRow {
+    let newest = group[group.len() - 1];
+    ConversationRow {
+        tenant: newest.tenant.clone(),
+        conversation: *newest.conversation,
+        root: newest.chain[0],
+        head: *newest.head(),
+        label: group
+            .iter()
+            .rev()
+            .find_map(|batch| batch.label)
+            .map(str::to_owned),
+        messages: newest.chain.len() as i64 - 1,
+        branches: 1,
+        requests: 0,
+        compactions: 0,
+        tokens: 0,
+        window_tokens: None,
+        model: String::new(),
+        last_activity_ms: newest.at_ms,
+        created_at_ms: newest.at_ms,
+        reached_messages: reached.messages,
+        reached_bytes: reached.bytes,
     }
-    rows
 }
 
 /// Rolls `rows`, one per conversation in key order, into the table.

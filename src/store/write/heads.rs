@@ -20,7 +20,7 @@
 
 use super::batch_rows::{add, BatchStatement, Column};
 use super::conversations::open_on;
-use super::messages::MessageBatch;
+use super::messages::{Inserted, MessageBatch};
 use crate::conversation::{ChainHash, ConversationId};
 use crate::store::{Backend, Result};
 use serde::Serialize;
@@ -53,19 +53,23 @@ struct HeadRow<'a> {
     tenant: &'a str,
     conversation: &'a ConversationId,
     head: &'a ChainHash,
+    /// The head's position: a view starts the newest part of a tree from
+    /// the heads there without reading their messages.
+    position: i64,
 }
 
-const HEAD_COLUMNS: [Column; 3] = [
+const HEAD_COLUMNS: [Column; 4] = [
     ("tenant", "text"),
     ("conversation", "text"),
     ("head", "text"),
+    ("position", "bigint"),
 ];
 
 /// Records the heads bound after `$1`, created at `$1`.
 static INSERT_HEADS: BatchStatement = BatchStatement::new(1, &HEAD_COLUMNS, |source| {
     format!(
-        "insert into conversation_heads (tenant, conversation, head, created_at) \
-         select r.tenant, r.conversation, r.head, $1 from {source} where true \
+        "insert into conversation_heads (tenant, conversation, head, created_at, position) \
+         select r.tenant, r.conversation, r.head, $1, r.position from {source} where true \
          on conflict (tenant, conversation, head) do nothing"
     )
 });
@@ -80,13 +84,15 @@ static DROP_HEADS: BatchStatement = BatchStatement::new(0, &HEAD_COLUMNS, |sourc
 });
 
 /// Records the head of every batch and opens or touches its
-/// conversation's row, on the transaction writing the batches' messages.
-/// Rows go in key order, as every writer locks them.
+/// conversation's row, on the transaction writing the batches' messages
+/// (`inserted`: the links it stored). Rows go in key order, as every
+/// writer locks them.
 pub(super) async fn record_heads_on(
     connection: &mut AnyConnection,
     backend: Backend,
     batches: &[MessageBatch<'_>],
     created_at: i64,
+    inserted: &Inserted,
 ) -> Result<()> {
     let mut batches: Vec<&MessageBatch<'_>> =
         batches.iter().filter(|b| !b.chain.is_empty()).collect();
@@ -97,7 +103,10 @@ pub(super) async fn record_heads_on(
         let key = |x: &MessageBatch<'_>| (x.tenant.as_str().to_owned(), *x.conversation, x.at_ms);
         key(a).cmp(&key(b))
     });
-    let mut heads: Vec<HeadRow<'_>> = batches.iter().map(|b| head_row(b, b.head())).collect();
+    let mut heads: Vec<HeadRow<'_>> = batches
+        .iter()
+        .map(|b| head_row(b, b.head(), b.chain.len() as i64 - 1))
+        .collect();
     heads.sort_by(|a, b| {
         (a.tenant, a.conversation, a.head).cmp(&(b.tenant, b.conversation, b.head))
     });
@@ -110,7 +119,10 @@ pub(super) async fn record_heads_on(
         .await?;
     let mut extended: Vec<HeadRow<'_>> = batches
         .iter()
-        .filter_map(|b| Some(head_row(b, b.messages.first()?.parent.as_ref()?)))
+        .filter_map(|b| {
+            let first = b.messages.first()?;
+            Some(head_row(b, first.parent.as_ref()?, first.position - 1))
+        })
         .collect();
     extended.sort_by(|a, b| {
         (a.tenant, a.conversation, a.head).cmp(&(b.tenant, b.conversation, b.head))
@@ -121,11 +133,12 @@ pub(super) async fn record_heads_on(
             .execute(&mut *connection)
             .await?;
     }
-    open_on(connection, backend, &batches).await
+    open_on(connection, backend, &batches, inserted).await
 }
 
-fn head_row<'a>(batch: &MessageBatch<'a>, head: &'a ChainHash) -> HeadRow<'a> {
+fn head_row<'a>(batch: &MessageBatch<'a>, head: &'a ChainHash, position: i64) -> HeadRow<'a> {
     HeadRow {
+        position,
         tenant: batch.tenant.as_str(),
         conversation: batch.conversation,
         head,

@@ -19,6 +19,7 @@ use crate::store::rows::{conversation_column, hash_column, now_ms, optional_hash
 use crate::store::{Backend, Result, Store};
 use sqlx::any::AnyArguments;
 use sqlx::{AnyConnection, Row};
+use std::collections::{HashMap, HashSet};
 
 const DELETE_TENANT: &[&str] = &[
     "delete from compactions where tenant = $1",
@@ -88,7 +89,7 @@ fn sole_sql() -> String {
 /// another conversation reaches it too.
 fn links_sql() -> String {
     format!(
-        "{MINE}{SHARED} select m.hash, m.parent, m.created_at, \
+        "{MINE}{SHARED} select m.hash, m.parent, m.created_at, m.position, m.bytes, \
          case when m.hash in (select hash from shared) then 1 else 0 end as shared \
          from messages m join mine u on m.tenant = $1 and m.hash = u.hash"
     )
@@ -256,7 +257,7 @@ impl Store {
         before_ms: i64,
     ) -> Result<u64> {
         let mut tx = self.begin_exclusive(tenant).await?;
-        let (nodes, mut keep) = reach_links(&mut tx, tenant, conversation).await?;
+        let (nodes, mut keep, sizes) = reach_links(&mut tx, tenant, conversation).await?;
         keep.extend(compaction_prefixes(&mut tx, tenant, conversation).await?);
         let heads = conversation_heads(&mut tx, tenant, conversation).await?;
         keep.extend(newest_heads(&nodes, &heads));
@@ -267,14 +268,25 @@ impl Store {
             let statements = [&DELETE_MESSAGES, &DELETE_HEADS];
             deleted += delete_by_hash(&mut tx, self.backend, tenant, &statements, chunk).await?[0];
         }
+        // What it reaches, counted again: the write path's count is short
+        // where a branch passed through another conversation's links.
+        let gone: HashSet<&ChainHash> = doomed.iter().collect();
+        let kept = nodes.iter().filter(|node| !gone.contains(&node.hash));
+        let (messages, bytes) = kept.fold((0_i64, 0_i64), |(messages, bytes), node| {
+            let (position, size) = sizes.get(&node.hash).copied().unwrap_or((0, 0));
+            (messages + i64::from(position > 0), bytes + size)
+        });
         sqlx::query(
-            "update conversations set pruned_at = $3, branches = $4 \
+            "update conversations set pruned_at = $3, branches = $4, \
+             reached_messages = $5, reached_bytes = $6 \
              where tenant = $1 and conversation = $2",
         )
         .bind(tenant.as_str())
         .bind(conversation.to_hex())
         .bind(now_ms())
         .bind(leaves(&nodes, &doomed).max(1) as i64)
+        .bind(messages)
+        .bind(bytes)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -305,13 +317,17 @@ async fn delete_by_hash(
     Ok(counts)
 }
 
+/// Each message's position and bytes.
+type Sizes = HashMap<ChainHash, (i64, i64)>;
+
 /// The messages a conversation reaches, as the pruning rule reads them,
-/// and those another conversation reaches too (kept, with their paths).
+/// those another conversation reaches too (kept, with their paths), and
+/// each one's position and bytes.
 async fn reach_links(
     connection: &mut AnyConnection,
     tenant: &TenantId,
     conversation: &ConversationId,
-) -> Result<(Vec<Link>, Vec<ChainHash>)> {
+) -> Result<(Vec<Link>, Vec<ChainHash>, Sizes)> {
     let rows = sqlx::query(&links_sql())
         .bind(tenant.as_str())
         .bind(conversation.to_hex())
@@ -319,6 +335,7 @@ async fn reach_links(
         .await?;
     let mut links = Vec::with_capacity(rows.len());
     let mut shared = Vec::new();
+    let mut sizes = Sizes::with_capacity(rows.len());
     for row in &rows {
         let link = Link {
             hash: hash_column(row, "hash")?,
@@ -328,9 +345,10 @@ async fn reach_links(
         if row.try_get::<i64, _>("shared")? == 1 {
             shared.push(link.hash);
         }
+        sizes.insert(link.hash, (row.try_get("position")?, row.try_get("bytes")?));
         links.push(link);
     }
-    Ok((links, shared))
+    Ok((links, shared, sizes))
 }
 
 /// The heads a conversation's requests ended at, with when each was

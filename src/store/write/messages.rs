@@ -13,7 +13,7 @@ use crate::store::rows::{hash_column, HASH_CHUNK};
 use crate::store::{Backend, Result, Store};
 use serde::Serialize;
 use sqlx::any::AnyArguments;
-use sqlx::AnyConnection;
+use sqlx::{AnyConnection, Row as _};
 use std::collections::HashSet;
 
 /// Messages per insert statement: a long history's first write is a few
@@ -120,12 +120,19 @@ pub(super) fn rows_in_lock_order<'a>(batches: &[MessageBatch<'a>]) -> Vec<Row<'a
     rows
 }
 
+/// The links a transaction inserted, by tenant: those no request had
+/// stored before it.
+pub(super) type Inserted = HashSet<(String, ChainHash)>;
+
+/// Inserts `rows`, leaving those already stored as they are; adds the
+/// links it inserted to `inserted`.
 pub(super) async fn insert_rows(
     connection: &mut AnyConnection,
     backend: Backend,
     rows: &[Row<'_>],
     created_at: i64,
-) -> Result<u64> {
+    inserted: &mut Inserted,
+) -> Result<()> {
     let rows: Vec<MessageRow<'_>> = rows
         .iter()
         .map(|(tenant, label, message)| MessageRow {
@@ -143,10 +150,13 @@ pub(super) async fn insert_rows(
     let mut fixed = AnyArguments::default();
     add(&mut fixed, created_at)?;
     let (text, arguments) = INSERT_MESSAGES.bound(backend, fixed, &rows)?;
-    let inserted = sqlx::query_with(text, arguments)
-        .execute(&mut *connection)
+    let new = sqlx::query_with(text, arguments)
+        .fetch_all(&mut *connection)
         .await?;
-    Ok(inserted.rows_affected())
+    for row in new {
+        inserted.insert((row.try_get("tenant")?, hash_column(&row, "hash")?));
+    }
+    Ok(())
 }
 
 /// A message the first message of a batch extends.
@@ -223,12 +233,13 @@ const MESSAGE_COLUMNS: [Column; 9] = [
     ("label", "text"),
 ];
 
-/// Inserts the rows bound after `$1`, all created at `$1`.
+/// Inserts the rows bound after `$1`, all created at `$1`; returns the
+/// links it inserted.
 static INSERT_MESSAGES: BatchStatement = BatchStatement::new(1, &MESSAGE_COLUMNS, |source| {
     format!(
         "insert into messages (tenant, hash, parent, position, role, body, bytes, \
          token_estimate, label, created_at) select {}, $1 from {source} where true \
-         on conflict (tenant, hash) do nothing",
+         on conflict (tenant, hash) do nothing returning tenant, hash",
         source_columns(&MESSAGE_COLUMNS),
     )
 });

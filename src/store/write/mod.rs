@@ -3,7 +3,8 @@
 //! What a request stores and reads back on its way, and what deleting it
 //! takes: messages and the heads that reach them (`messages`, `heads`),
 //! the conversation list's rows (`conversations`, the one file that
-//! upserts that table), the compactions that stand for prefixes
+//! upserts that table, and `reach`, what a write makes a conversation
+//! reach), the compactions that stand for prefixes
 //! (`compactions`), the request's figures (`requests`) and learned model
 //! sizes (`limits`); written in group commits off the request path
 //! (`writer`), one transaction each (`commit`), bound in batches
@@ -15,7 +16,7 @@
 //! a function of rows `lifecycle` read, so it lives beside its one caller
 //! rather than with the instance coordination that schedules it.
 
-mod batch_rows;
+pub(super) mod batch_rows;
 mod commit;
 pub(super) mod compactions;
 pub(super) mod conversations;
@@ -24,6 +25,7 @@ mod lifecycle;
 mod limits;
 mod messages;
 pub mod prune;
+mod reach;
 mod requests;
 mod writer;
 

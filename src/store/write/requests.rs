@@ -239,6 +239,9 @@ fn rolled_up(rollup: &Rollup<'_>) -> ConversationRow {
         model: newest.model.clone(),
         last_activity_ms: newest.arrived_at_ms,
         created_at_ms: rollup.records[0].arrived_at_ms,
+        // What it reaches is the message write's to count.
+        reached_messages: 0,
+        reached_bytes: 0,
     }
 }
 

@@ -24,13 +24,14 @@ async fn the_deepest_compaction_of_the_chain_wins(backend: TestBackend) {
     );
     for stored in [&second, &first] {
         assert!(store
-            .insert_compaction(&chain.tenant, stored)
+            .insert_compaction(&chain.tenant, &chain.conversation(), stored)
             .await
             .expect("insert"));
     }
     assert!(store
         .insert_compaction(
             &other_tenant,
+            &chain.conversation(),
             &compaction(&chain, 15, 12, Trigger::Overflow)
         )
         .await
@@ -66,11 +67,11 @@ async fn a_second_compaction_of_the_same_prefix_is_refused(backend: TestBackend)
     };
 
     assert!(store
-        .insert_compaction(&chain.tenant, &winner)
+        .insert_compaction(&chain.tenant, &chain.conversation(), &winner)
         .await
         .expect("first"));
     assert!(!store
-        .insert_compaction(&chain.tenant, &loser)
+        .insert_compaction(&chain.tenant, &chain.conversation(), &loser)
         .await
         .expect("second"));
 
@@ -88,7 +89,7 @@ async fn trims_round_trip_and_a_corrupt_trims_column_is_an_error(backend: TestBa
     let stored = compaction(&chain, 6, 0, Trigger::Overflow);
     assert!(!stored.trims.is_empty(), "the fixture has a trim");
     store
-        .insert_compaction(&chain.tenant, &stored)
+        .insert_compaction(&chain.tenant, &chain.conversation(), &stored)
         .await
         .expect("insert");
     let read = store

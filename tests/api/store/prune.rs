@@ -32,6 +32,7 @@ async fn pruning_keeps_every_path_to_a_compaction_and_to_a_live_branch(backend: 
     store
         .insert_compaction(
             &compacted.tenant,
+            &compacted.conversation(),
             &compaction(&compacted, 5, 0, Trigger::Overflow),
         )
         .await
