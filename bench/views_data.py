@@ -109,29 +109,30 @@ def long_conversation(rows):
         heads.append((parent, created, at_position + 1))
     for head, created, position in heads:
         rows.heads.append((tenant, conversation, head, created, position))
-    # Compactions: prefixes of the main line, each folding in the last.
-    spacing = max(1, (main_len - 20) // COMPACTIONS)
-    base = root
+    # Compactions: prefixes of the main line up to its last few messages,
+    # each folding in the last.
+    base, previous = root, 0
     for k in range(COMPACTIONS):
-        prefix_len = (k + 1) * spacing
+        prefix_len = (k + 1) * (main_len - 10) // COMPACTIONS
         prefix = main[prefix_len]
         summary = TEXT[k % 1_000 : k % 1_000 + 1_800]
         created = START_MS + prefix_len * STEP_MS + 900
         row = {
             "tenant": tenant, "prefix_hash": prefix, "base_hash": base,
             "prefix_len": prefix_len, "summary": summary, "summary_tokens": 450,
-            "messages_compacted": spacing, "tokens_before": 5_200, "tokens_after": 2_100,
-            "model": "gpt-5", "trigger": "proactive" if k % 5 else "overflow",
+            "messages_compacted": prefix_len - previous, "tokens_before": 5_200,
+            "tokens_after": 2_100, "model": "gpt-5",
+            "trigger": "proactive" if k % 5 else "overflow",
             "trims": "[]", "duration_ms": 2_500 + k % 900, "created_at": created,
             "conversation": conversation,
         }
         rows.compactions.append(row)
-        base = prefix
+        base, previous = prefix, prefix_len
     # The newest requests, as the table keeps them: a sawtooth of 2-5k
     # tokens, each request three messages longer than the last.
     compacted = {c["prefix_len"] for c in rows.compactions}
     first = main_len - 3 * (REQUESTS - 1)
-    last_compacted = None
+    last_compacted = max((p for p in compacted if p <= first - 3), default=None)
     for n in range(REQUESTS):
         length = first + 3 * n
         done = [p for p in range(length - 2, length + 1) if p in compacted]
@@ -139,7 +140,7 @@ def long_conversation(rows):
         if done:
             last_compacted = done[-1]
         kept = length - (last_compacted or 0)
-        estimated = 1_800 + kept * 100 + rng.randrange(0, 200)
+        estimated = 2_000 + kept * 300 + rng.randrange(0, 200)
         reported = estimated - rng.randrange(0, 150)
         created = START_MS + length * STEP_MS + 100
         rows.requests.append({
