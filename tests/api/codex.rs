@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-const MODEL: &str = "fake-model";
+pub(crate) const MODEL: &str = "fake-model";
 /// Codex's own prompt and tools take about 10k of the fake's tokens.
 const WINDOW: u64 = 14_000;
 const TURNS: usize = 12;
@@ -266,6 +266,31 @@ async fn keepalive_tap(target: SocketAddr, seen: Arc<AtomicUsize>) -> SocketAddr
     .await
 }
 
+/// Codex as OpenAI's own client under `home`: the built-in provider with
+/// its base URL at Condenser, told the model's `window` and `limit`, its
+/// own compaction threshold, with its credential as `codex login
+/// --with-api-key` keeps it.
+pub(crate) fn write_builtin_config(home: &Path, app: &TestApp, window: u64, limit: u64) {
+    let config = format!(
+        r#"model = "{MODEL}"
+model_provider = "openai"
+openai_base_url = "{}/v1"
+model_context_window = {window}
+model_auto_compact_token_limit = {limit}
+
+[analytics]
+enabled = false
+
+[features]
+plugins = false
+"#,
+        app.address
+    );
+    std::fs::write(home.join("config.toml"), config).expect("writing the Codex config");
+    let auth = json!({"auth_mode": "apikey", "OPENAI_API_KEY": OPENAI_KEY});
+    std::fs::write(home.join("auth.json"), auth.to_string()).expect("writing auth.json");
+}
+
 /// Codex as OpenAI's own client (`model_provider = "openai"`, the base URL
 /// at Condenser) compacts remotely: its `compaction_trigger` requests are
 /// answered by Condenser, against an upstream that does not know them, and
@@ -280,25 +305,7 @@ async fn codex_cli_as_openai_compacts_through_condenser(backend: TestBackend) {
     let app = spawn_app_with(options).await;
     let home = tempfile::tempdir().expect("a CODEX_HOME");
     let workdir = tempfile::tempdir().expect("a working directory");
-    let config = format!(
-        r#"model = "{MODEL}"
-model_provider = "openai"
-openai_base_url = "{}/v1"
-model_context_window = {WINDOW}
-model_auto_compact_token_limit = 11500
-
-[analytics]
-enabled = false
-
-[features]
-plugins = false
-"#,
-        app.address
-    );
-    std::fs::write(home.path().join("config.toml"), config).expect("writing the Codex config");
-    // The built-in provider's credential, as `codex login --with-api-key` keeps it.
-    let auth = json!({"auth_mode": "apikey", "OPENAI_API_KEY": OPENAI_KEY});
-    std::fs::write(home.path().join("auth.json"), auth.to_string()).expect("writing auth.json");
+    write_builtin_config(home.path(), &app, WINDOW, 11_500);
     for number in 1..=TURNS {
         // Codex keeps every user message through its compactions: short
         // prompts, so what compaction removes (tool rounds, answers) is

@@ -2,17 +2,17 @@
 //! every recent user message verbatim (up to 64k tokens of them): where
 //! what it keeps stays above its own threshold, it asks for a compaction
 //! again and again inside one turn. Condenser pays a summary call for each
-//! one it serves, so it must make progress or stop (issue 52).
+//! one it serves, so it must make progress or stop (issue 52): the real
+//! CLI, then the same asks written out as Codex sends them.
 
-use crate::codex::codex;
+use crate::codex::{codex, write_builtin_config, MODEL};
 use crate::helpers::agent::filler;
-use crate::helpers::app::{spawn_app_with, Options, TestApp, OPENAI_KEY};
+use crate::helpers::app::{spawn_app_with, Options, TestApp};
 use crate::helpers::db::{both_backends, TestBackend};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Duration;
 
-const MODEL: &str = "fake-model";
 /// How long a turn may take before it counts as looping.
 const TURN_DEADLINE: Duration = Duration::from_secs(90);
 
@@ -34,24 +34,7 @@ impl Session {
         let app = spawn_app_with(options).await;
         let home = tempfile::tempdir().expect("a CODEX_HOME");
         let workdir = tempfile::tempdir().expect("a working directory");
-        let config = format!(
-            r#"model = "{MODEL}"
-model_provider = "openai"
-openai_base_url = "{}/v1"
-model_context_window = {window}
-model_auto_compact_token_limit = {limit}
-
-[analytics]
-enabled = false
-
-[features]
-plugins = false
-"#,
-            app.address
-        );
-        std::fs::write(home.path().join("config.toml"), config).expect("writing the config");
-        let auth = json!({"auth_mode": "apikey", "OPENAI_API_KEY": OPENAI_KEY});
-        std::fs::write(home.path().join("auth.json"), auth.to_string()).expect("auth.json");
+        write_builtin_config(home.path(), &app, window, limit);
         Self { app, home, workdir }
     }
 
