@@ -57,6 +57,33 @@ async fn run_turn(home: &Path, workdir: &Path, number: usize) -> Vec<Value> {
     run_turn_pasting(home, workdir, number, 2_400).await
 }
 
+/// `codex exec` of turn `number` with `prompt`, resuming the last session
+/// after the first turn, under `home`, in `workdir`.
+pub(crate) fn exec(
+    home: &Path,
+    workdir: &Path,
+    number: usize,
+    prompt: &str,
+) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(codex());
+    command.args([
+        "exec",
+        "--skip-git-repo-check",
+        "--json",
+        "--dangerously-bypass-approvals-and-sandbox",
+    ]);
+    if number > 1 {
+        command.args(["resume", "--last"]);
+    }
+    command
+        .arg(prompt)
+        .current_dir(workdir)
+        .env("CODEX_HOME", home)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
 /// A turn whose prompt pastes `log_bytes` of log.
 pub(crate) async fn run_turn_pasting(
     home: &Path,
@@ -68,23 +95,8 @@ pub(crate) async fn run_turn_pasting(
         "Turn {number}: read this log. [tools]\n{}",
         filler(log_bytes, number)
     );
-    let mut command = tokio::process::Command::new(codex());
-    command.args([
-        "exec",
-        "--skip-git-repo-check",
-        "--json",
-        "--dangerously-bypass-approvals-and-sandbox",
-    ]);
-    if number > 1 {
-        command.args(["resume", "--last"]);
-    }
-    let output = command
-        .arg(&prompt)
-        .current_dir(workdir)
-        .env("CODEX_HOME", home)
+    let output = exec(home, workdir, number, &prompt)
         .env("CONDENSER_API_KEY", OPENAI_KEY)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
         .output()
         .await
         .expect("codex runs");

@@ -5,7 +5,7 @@
 //! one it serves, so it must make progress or stop (issue 52): the real
 //! CLI, then the same asks written out as Codex sends them.
 
-use crate::codex::{codex, write_builtin_config, MODEL};
+use crate::codex::{exec, write_builtin_config, MODEL};
 use crate::helpers::agent::filler;
 use crate::helpers::app::{spawn_app_with, Options, TestApp};
 use crate::helpers::db::{both_backends, TestBackend};
@@ -120,22 +120,7 @@ enum Turn {
 /// `codex exec` (resuming the session after the first turn): its `--json`
 /// events, whether it succeeded or not.
 async fn run(home: &Path, workdir: &Path, number: usize, prompt: &str) -> Vec<Value> {
-    let mut command = tokio::process::Command::new(codex());
-    command.args([
-        "exec",
-        "--skip-git-repo-check",
-        "--json",
-        "--dangerously-bypass-approvals-and-sandbox",
-    ]);
-    if number > 1 {
-        command.args(["resume", "--last"]);
-    }
-    let output = command
-        .arg(prompt)
-        .current_dir(workdir)
-        .env("CODEX_HOME", home)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
+    let output = exec(home, workdir, number, prompt)
         .output()
         .await
         .expect("codex runs");
