@@ -14,7 +14,7 @@ use bytes::Bytes;
 use condenser::conversation::identify;
 use condenser::conversation::{memo::DEFAULT_CAPACITY, ChainMemo};
 use condenser::protocol::responses::{self, Responses};
-use condenser::protocol::{Adapter, ChatRequest};
+use condenser::protocol::{bearer_or_key, Adapter, ChatRequest};
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use http::HeaderMap;
@@ -95,11 +95,18 @@ fn identify(
     memo: Option<&ChainMemo>,
 ) -> usize {
     let outline = adapter.outline(body.clone()).expect("outlines");
-    identify::conversation(adapter, b"salt", headers, outline, memo)
-        .expect("parses")
-        .1
-        .chain
-        .len()
+    identify::conversation(
+        adapter,
+        b"salt",
+        headers,
+        bearer_or_key(headers),
+        outline,
+        memo,
+    )
+    .expect("parses")
+    .1
+    .chain
+    .len()
 }
 
 /// `request` as a client serializes it (compact, as SDKs do), with only
@@ -226,8 +233,15 @@ fn bench_responses(c: &mut Criterion<ThreadCpuTime>) {
     group.bench_function("whole_parse_memo_resent", |b| {
         b.iter(|| {
             let outline = responses::parse_whole(black_box(&body)).expect("parses");
-            identify::conversation(adapter, b"salt", &headers, outline, Some(&warm))
-                .map(|(_, conversation)| conversation.chain.len())
+            identify::conversation(
+                adapter,
+                b"salt",
+                &headers,
+                bearer_or_key(&headers),
+                outline,
+                Some(&warm),
+            )
+            .map(|(_, conversation)| conversation.chain.len())
         })
     });
     group.bench_function("outline", |b| {

@@ -68,6 +68,10 @@ pub enum ProxyError {
         /// What no compaction shrinks, where it was measured.
         fixed_tokens: Option<u64>,
     },
+    /// The client signed its request (AWS SigV4, which covers the body),
+    /// and answering it needs a body Condenser would change.
+    #[error("condenser: this request is signed by the client (AWS SigV4), and answering it needs a compaction, which would change the body the signature covers; send it with a Bedrock API key (Authorization: Bearer), or without credentials so that Condenser signs it (CLAUDE_CODE_SKIP_BEDROCK_AUTH=1 and AWS credentials in Condenser's environment)")]
+    SignedByClient,
     /// The request's own work ended without an answer (a stream already
     /// committed by keep-alives can only report it in-band).
     #[error("condenser: the request failed")]
@@ -90,6 +94,7 @@ impl ProxyError {
             Self::ForgedItem(_) => StatusCode::BAD_REQUEST,
             Self::CompactionFailed(_) => StatusCode::BAD_GATEWAY,
             Self::CompactionLoop { .. } => StatusCode::BAD_REQUEST,
+            Self::SignedByClient => StatusCode::BAD_REQUEST,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -114,6 +119,7 @@ impl ProxyError {
             Self::ForgedItem(_) => "invalid_compaction_item",
             Self::CompactionFailed(_) => "compaction_failed",
             Self::CompactionLoop { .. } => "compaction_loop",
+            Self::SignedByClient => "signed_by_client",
             Self::Internal => "internal",
         }
     }
@@ -141,7 +147,8 @@ impl ProxyError {
             | Self::BadFrame(_)
             | Self::ResponseInProgress
             | Self::ForgedItem(_)
-            | Self::CompactionLoop { .. } => ErrorClass::InvalidRequest,
+            | Self::CompactionLoop { .. }
+            | Self::SignedByClient => ErrorClass::InvalidRequest,
             Self::BodyTimeout | Self::BodyDeadline { .. } => ErrorClass::ClientTimeout,
             Self::UpstreamTimeout { .. } | Self::UpstreamIdle { .. } => ErrorClass::UpstreamTimeout,
             Self::Overloaded { .. } => ErrorClass::Overloaded,

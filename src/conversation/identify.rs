@@ -19,7 +19,8 @@ const LABEL_HEADERS: [HeaderName; 4] = [
     HeaderName::from_static("session-id"),
 ];
 
-/// Step 2 of the data flow: the tenant from the credential, the chain from
+/// Step 2 of the data flow: the tenant from the credential (the one its
+/// provider reads, [`crate::protocol::Provider::credential`]), the chain from
 /// the canonical messages. With a `memo`, a message whose bytes were seen
 /// before under the same previous link costs a digest of those bytes: it
 /// is not even parsed. The chain is the same either way.
@@ -31,10 +32,11 @@ pub fn conversation(
     adapter: &dyn Adapter,
     salt: &[u8],
     headers: &HeaderMap,
+    credential: Option<&[u8]>,
     outline: Outline,
     memo: Option<&ChainMemo>,
 ) -> Option<(ChatRequest, Conversation)> {
-    let tenant = TenantId::from_credential(salt, credential(headers));
+    let tenant = TenantId::from_credential(salt, credential);
     let (request, chain, text_only) = match memo {
         Some(memo) => {
             let linked = memoized_chain(adapter, &tenant, &outline, memo)?;
@@ -141,21 +143,6 @@ fn text_alone(adapter: &dyn Adapter, parts: [&[u8]; 2]) -> bool {
     parts.iter().all(|part| text_only(adapter, part))
 }
 
-/// The caller's credential as sent; hashed at once, never kept. Google's
-/// `?key=` arrives here as the `x-goog-api-key` it stands for.
-pub fn credential(headers: &HeaderMap) -> Option<&[u8]> {
-    const CREDENTIAL_HEADERS: [HeaderName; 4] = [
-        http::header::AUTHORIZATION,
-        HeaderName::from_static("x-api-key"),
-        HeaderName::from_static("api-key"),
-        HeaderName::from_static("x-goog-api-key"),
-    ];
-    CREDENTIAL_HEADERS
-        .iter()
-        .find_map(|name| headers.get(name))
-        .map(|value| value.as_bytes())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,9 +159,16 @@ mod tests {
             format!("Bearer {key}").parse().expect("header"),
         );
         let outline = outline(adapter, body.to_string());
-        super::conversation(adapter, b"", &headers, outline, None)
-            .expect("parses")
-            .1
+        super::conversation(
+            adapter,
+            b"",
+            &headers,
+            crate::protocol::bearer_or_key(&headers),
+            outline,
+            None,
+        )
+        .expect("parses")
+        .1
     }
 
     #[test]
@@ -200,9 +194,16 @@ mod tests {
             headers.insert(name, value.parse().expect("header"));
         }
         let outline = outline(adapter, body.to_string());
-        super::conversation(adapter, b"", &headers, outline, None)
-            .expect("parses")
-            .1
+        super::conversation(
+            adapter,
+            b"",
+            &headers,
+            crate::protocol::bearer_or_key(&headers),
+            outline,
+            None,
+        )
+        .expect("parses")
+        .1
     }
 
     /// Two chats under one system prompt are two conversations; one
@@ -301,8 +302,15 @@ mod tests {
                 let mut headers = HeaderMap::new();
                 headers.insert("x-api-key", "k".parse().expect("header"));
                 let outline = outline(adapter, bytes.clone());
-                let (_, conversation) =
-                    super::conversation(adapter, b"salt", &headers, outline, memo).expect("parses");
+                let (_, conversation) = super::conversation(
+                    adapter,
+                    b"salt",
+                    &headers,
+                    crate::protocol::bearer_or_key(&headers),
+                    outline,
+                    memo,
+                )
+                .expect("parses");
                 assert_eq!(conversation.text_only, expected, "{body}");
             }
         }
@@ -318,10 +326,17 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert("x-api-key", key.parse().expect("header"));
         let outline = outline(adapter, body);
-        super::conversation(adapter, b"salt", &headers, outline, memo)
-            .expect("parses")
-            .1
-            .chain
+        super::conversation(
+            adapter,
+            b"salt",
+            &headers,
+            crate::protocol::bearer_or_key(&headers),
+            outline,
+            memo,
+        )
+        .expect("parses")
+        .1
+        .chain
     }
 
     /// Histories as clients send them, then again with keys reordered,
@@ -504,7 +519,15 @@ mod tests {
             for memo in [None, Some(&memo), Some(&memo)] {
                 let outline = outline(adapter, body);
                 assert!(
-                    super::conversation(adapter, b"", &headers, outline, memo).is_none(),
+                    super::conversation(
+                        adapter,
+                        b"",
+                        &headers,
+                        crate::protocol::bearer_or_key(&headers),
+                        outline,
+                        memo
+                    )
+                    .is_none(),
                     "{body}"
                 );
             }
@@ -526,8 +549,15 @@ mod tests {
             let memo = ChainMemo::new(100);
             let headers = HeaderMap::new();
             let identify = || {
-                super::conversation(adapter, b"", &headers, outline(adapter, body), Some(&memo))
-                    .expect("parses")
+                super::conversation(
+                    adapter,
+                    b"",
+                    &headers,
+                    crate::protocol::bearer_or_key(&headers),
+                    outline(adapter, body),
+                    Some(&memo),
+                )
+                .expect("parses")
             };
             let (first, conversation) = identify();
             let (again, same) = identify();
@@ -553,8 +583,15 @@ mod tests {
         let turn = |messages: &str| {
             let body = format!(r#"{{"model":"m","messages":[{messages}]}}"#);
             let outline = outline(adapter, body.clone());
-            let (request, _) =
-                super::conversation(adapter, b"", &headers, outline, Some(&memo)).expect("parses");
+            let (request, _) = super::conversation(
+                adapter,
+                b"",
+                &headers,
+                crate::protocol::bearer_or_key(&headers),
+                outline,
+                Some(&memo),
+            )
+            .expect("parses");
             (request, adapter.parse(body.as_bytes()).expect("parses"))
         };
         let history = r#"{"role":"user","content":"a"},{"role":"assistant","content":"b"}"#;

@@ -58,10 +58,13 @@ pub enum CompactionFailure {
     /// from its client between (`compaction::progress`): no more summary
     /// calls until it sends something new.
     Loop,
+    /// The client signed its request (its signature covers the body), so
+    /// no compaction may change it.
+    SignedByClient,
 }
 
 impl CompactionFailure {
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::CannotFit,
         Self::NothingToCompact,
         Self::SummaryInputCap,
@@ -73,6 +76,7 @@ impl CompactionFailure {
         Self::LeaseWaitTimeout,
         Self::LimitReached,
         Self::Loop,
+        Self::SignedByClient,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -88,6 +92,7 @@ impl CompactionFailure {
             Self::LeaseWaitTimeout => "lease_wait_timeout",
             Self::LimitReached => "limit_reached",
             Self::Loop => "loop",
+            Self::SignedByClient => "signed_by_client",
         }
     }
 

@@ -11,6 +11,7 @@
 //! its head and then nothing must cost the client a 504, not a hang.
 
 use crate::overflow::{OverflowSignal, SignatureTable};
+use crate::protocol::framing::{is_framed, Frames};
 use crate::protocol::Adapter;
 use bytes::Bytes;
 use eventsource_stream::Eventsource;
@@ -82,8 +83,14 @@ pub async fn inspect(
             },
         });
     }
-    if status == StatusCode::OK && is_event_stream(response.headers()) {
-        let (held, signal) = read_opening(&mut response, table, adapter, idle).await?;
+    let frames = adapter
+        .frames()
+        .filter(|frames| is_framed(*frames, response.headers()));
+    if status == StatusCode::OK && (frames.is_some() || is_event_stream(response.headers())) {
+        let (held, signal) = match frames {
+            Some(frames) => read_opening_frames(&mut response, table, frames, idle).await?,
+            None => read_opening(&mut response, table, adapter, idle).await?,
+        };
         if let Some(signal) = signal {
             let headers = response.headers().clone();
             return Ok(Inspected::Overflow {
@@ -178,6 +185,28 @@ async fn read_opening(
         // the client at once.
         if (complete > 0 && !in_preamble) || held.len() > MAX_OPENING {
             break;
+        }
+    }
+    Ok((held.into(), None))
+}
+
+/// [`read_opening`] for a stream in an adapter's own framing: up to its
+/// first complete event. Such a framing (Bedrock's) has no preamble, and
+/// its exceptions decode as error events.
+async fn read_opening_frames(
+    response: &mut reqwest::Response,
+    table: &SignatureTable,
+    frames: &dyn Frames,
+    idle: Duration,
+) -> Result<(Bytes, Option<OverflowSignal>), Stalled> {
+    let mut decoder = frames.decoder();
+    let (mut held, mut events) = (Vec::new(), Vec::new());
+    while let Some(chunk) = next_chunk(response, idle).await? {
+        held.extend_from_slice(&chunk);
+        decoder.feed(&chunk, &mut events);
+        let signal = events.iter().find_map(|e| table.detect_stream_event(e));
+        if signal.is_some() || !events.is_empty() || held.len() > MAX_OPENING {
+            return Ok((held.into(), signal));
         }
     }
     Ok((held.into(), None))

@@ -128,7 +128,7 @@ async fn feed(
         tracing::error!("request failed after keep-alives were sent");
         let error = crate::error::ProxyError::Internal.body(speaks.protocol);
         let _ = sender
-            .send(Ok(adapter.stream_error_event(&error).into()))
+            .send(Ok(adapter.stream_error_event(500, &error).into()))
             .await;
         return;
     };
@@ -151,6 +151,7 @@ async fn feed(
         }
         return;
     }
+    let status = response.status().as_u16();
     let body = response
         .into_body()
         .collect()
@@ -161,6 +162,6 @@ async fn feed(
         |_| serde_json::json!({"error": {"message": String::from_utf8_lossy(&body)}}),
     );
     let _ = sender
-        .send(Ok(adapter.stream_error_event(&error).into()))
+        .send(Ok(adapter.stream_error_event(status, &error).into()))
         .await;
 }

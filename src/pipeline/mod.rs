@@ -27,17 +27,19 @@ pub use keepalive::KEEPALIVE_COMMENT;
 
 pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -> Response {
     let adapter = route.adapter();
-    let credentials = query_key(&parts).unwrap_or_else(|| parts.headers.clone());
+    let provider = route.upstream.protocol.provider();
+    let credential = provider.credential(&parts.headers, parts.uri.query());
+    let credential = credential.as_deref();
     let native::Prepared {
         body,
         forwarded,
         ask,
         fallback,
-    } = match native::prepared(state, &route, &parts, &credentials, body).await {
+    } = match native::prepared(state, &route, &parts, credential, body).await {
         Ok(prepared) => prepared,
         Err(response) => return response,
     };
-    let identified = identify_off_workers(state, adapter, &credentials, &body, &parts).await;
+    let identified = identify_off_workers(state, adapter, credential, &body, &parts).await;
     // Invariant 9: what Condenser cannot parse goes upstream unchanged.
     let Some((chat, conversation)) = identified else {
         let (method, headers) = (parts.method, &parts.headers);
@@ -107,19 +109,28 @@ const LARGE_BODY: usize = 1 << 20;
 async fn identify_off_workers(
     state: &AppState,
     adapter: &'static dyn crate::protocol::Adapter,
-    credentials: &http::HeaderMap,
+    credential: Option<&[u8]>,
     body: &Bytes,
     parts: &Parts,
 ) -> Identified {
+    let caller = Caller {
+        headers: &parts.headers,
+        credential,
+    };
     let path = parts.uri.path();
     if body.len() < LARGE_BODY {
-        return identify(state, adapter, credentials, body, path);
+        return identify(state, adapter, caller, body, path);
     }
     let state = state.clone();
-    let (credentials, body, path) = (credentials.clone(), body.clone(), path.to_string());
+    let (headers, credential) = (parts.headers.clone(), credential.map(<[u8]>::to_vec));
+    let (body, path) = (body.clone(), path.to_string());
     let span = tracing::Span::current();
     let identifying = tokio::task::spawn_blocking(move || {
-        span.in_scope(|| identify(&state, adapter, &credentials, &body, &path))
+        let caller = Caller {
+            headers: &headers,
+            credential: credential.as_deref(),
+        };
+        span.in_scope(|| identify(&state, adapter, caller, &body, &path))
     });
     match identifying.await {
         Ok(identified) => identified,
@@ -134,28 +145,24 @@ async fn identify_off_workers(
 fn identify(
     state: &AppState,
     adapter: &'static dyn crate::protocol::Adapter,
-    credentials: &http::HeaderMap,
+    caller: Caller<'_>,
     body: &Bytes,
     path: &str,
 ) -> Identified {
     let salt = state.settings.storage.tenant_salt.as_bytes();
     let outline = adapter.outline_at(body.clone(), path)?;
     let memo = Some(&*state.chain_memo);
-    crate::conversation::identify::conversation(adapter, salt, credentials, outline, memo)
+    let Caller {
+        headers,
+        credential,
+    } = caller;
+    crate::conversation::identify::conversation(adapter, salt, headers, credential, outline, memo)
 }
 
-/// Google's APIs also take the key as `?key=`: identity reads it as the
-/// header it stands for. Only for identity: the request goes upstream as
-/// it came, and no log line holds a query string.
-fn query_key(parts: &Parts) -> Option<http::HeaderMap> {
-    let query = parts.uri.query()?;
-    let key = url::form_urlencoded::parse(query.as_bytes())
-        .find(|(name, _)| name == "key")
-        .map(|(_, value)| value.into_owned())?;
-    if parts.headers.contains_key("x-goog-api-key") {
-        return None;
-    }
-    let mut headers = parts.headers.clone();
-    headers.insert("x-goog-api-key", http::HeaderValue::from_str(&key).ok()?);
-    Some(headers)
+/// Who sent a request: its headers (a session it names) and the
+/// credential its provider reads.
+#[derive(Clone, Copy)]
+struct Caller<'a> {
+    headers: &'a http::HeaderMap,
+    credential: Option<&'a [u8]>,
 }

@@ -17,7 +17,6 @@ use crate::upstream::routes::Route;
 use axum::response::Response;
 use bytes::Bytes;
 use http::request::Parts;
-use http::HeaderMap;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// What the client asked of its provider's own compaction that Condenser
@@ -78,15 +77,15 @@ pub async fn prepared(
     state: &AppState,
     route: &Route,
     parts: &Parts,
-    credentials: &HeaderMap,
+    credential: Option<&[u8]>,
     body: Bytes,
 ) -> Result<Prepared, Response> {
-    let prepared = match prepare(state, route, credentials, body) {
+    let prepared = match prepare(state, route, credential, body) {
         Native::Probe { body, needs_item } => {
             if let Some(answer) = probe(state, route, parts, body.clone(), needs_item).await {
                 return Err(answer);
             }
-            prepare(state, route, credentials, body)
+            prepare(state, route, credential, body)
         }
         prepared => prepared,
     };
@@ -115,13 +114,12 @@ pub async fn prepared(
     }
 }
 
-fn prepare(state: &AppState, route: &Route, credentials: &HeaderMap, body: Bytes) -> Native {
+fn prepare(state: &AppState, route: &Route, credential: Option<&[u8]>, body: Bytes) -> Native {
     let adapter = route.adapter();
     let Some(forms) = adapter.native() else {
         return Native::Chat(body, None, None);
     };
     let salt = state.settings.storage.tenant_salt.as_bytes();
-    let credential = crate::conversation::identify::credential(credentials);
     let tenant = TenantId::from_credential(salt, credential);
     let role = &state.settings.compaction.summary_role;
     let key = &state.item_key;

@@ -88,7 +88,6 @@ pub async fn relayed(
             first_chunk,
         } => {
             let status = response.status();
-            let framing = Framing::of(response.headers());
             let headers = headers::response_headers(response.headers());
             let rest = relay::body_stream(response, idle);
             let first = futures_util::stream::iter(first_chunk.map(Ok));
@@ -96,6 +95,7 @@ pub async fn relayed(
             let Some(tap) = usage.filter(|_| status.is_success()) else {
                 return (with_parts(status, headers, Body::from_stream(body)), None);
             };
+            let framing = Framing::of(&headers, tap.adapter);
             if framing == Framing::Json {
                 return read_whole(status, headers, Box::pin(body), tap).await;
             }

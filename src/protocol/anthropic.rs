@@ -140,8 +140,8 @@ impl Adapter for Anthropic {
         request.body.get("max_tokens")?.as_u64()
     }
 
-    fn stream_error_event(&self, error_body: &Value) -> String {
-        format!("event: error\ndata: {error_body}\n\n")
+    fn stream_error_event(&self, _status: u16, error_body: &Value) -> Vec<u8> {
+        format!("event: error\ndata: {error_body}\n\n").into_bytes()
     }
 
     fn usage(&self, usage: &Value) -> Option<Usage> {
@@ -307,6 +307,14 @@ impl Provider for Anthropic {
     }
 
     fn window_probe(&self) -> Option<WindowProbe> {
+        None
+    }
+
+    fn credential(&self, headers: &HeaderMap, _query: Option<&str>) -> Option<Vec<u8>> {
+        super::bearer_or_key(headers).map(<[u8]>::to_vec)
+    }
+
+    fn signer(&self) -> Option<&'static dyn super::Signer> {
         None
     }
 }

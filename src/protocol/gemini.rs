@@ -231,8 +231,8 @@ impl Adapter for Gemini {
         None
     }
 
-    fn stream_error_event(&self, error_body: &Value) -> String {
-        format!("data: {error_body}\r\n\r\n")
+    fn stream_error_event(&self, _status: u16, error_body: &Value) -> Vec<u8> {
+        format!("data: {error_body}\r\n\r\n").into_bytes()
     }
 
     /// Gemini answers `usageMetadata`, not `usage`, in a whole answer and
@@ -366,6 +366,21 @@ impl Provider for Gemini {
     }
 
     fn window_probe(&self) -> Option<WindowProbe> {
+        None
+    }
+
+    /// Google's APIs also take the key as `?key=`, the same key as the
+    /// `x-goog-api-key` header: either names the same tenant.
+    fn credential(&self, headers: &HeaderMap, query: Option<&str>) -> Option<Vec<u8>> {
+        let header = super::bearer_or_key(headers).map(<[u8]>::to_vec);
+        header.or_else(|| {
+            url::form_urlencoded::parse(query?.as_bytes())
+                .find(|(name, _)| name == "key")
+                .map(|(_, key)| key.into_owned().into_bytes())
+        })
+    }
+
+    fn signer(&self) -> Option<&'static dyn super::Signer> {
         None
     }
 }

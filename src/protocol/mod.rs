@@ -7,7 +7,9 @@
 
 pub mod anthropic;
 mod anthropic_native;
+pub mod bedrock;
 pub mod canonical;
+pub mod framing;
 pub mod gemini;
 mod head;
 pub mod models;
@@ -19,6 +21,7 @@ mod registry;
 mod request;
 pub mod responses;
 mod served;
+pub mod vertex;
 
 use serde_json::Value;
 
@@ -26,7 +29,8 @@ pub use crate::domain::Usage;
 use bytes::Bytes;
 pub use models::OutputField;
 pub use provider::{
-    Endpoint, ErrorClass, ErrorInfo, Protocol, Provider, Root, TelemetryNames, WindowProbe,
+    bearer_or_key, Endpoint, ErrorClass, ErrorInfo, Protocol, Provider, Root, Signer, SigningError,
+    TelemetryNames, WindowProbe,
 };
 pub use registry::{providers, register};
 pub use request::{ChatRequest, Outline, Piece, Span, SystemPart};
@@ -167,8 +171,14 @@ pub trait Adapter: Send + Sync {
         None
     }
 
-    /// An SSE event reporting an error in this protocol's streaming shape.
-    fn stream_error_event(&self, error_body: &Value) -> String;
+    /// An event reporting an error (of HTTP `status`, its body in the
+    /// provider's error shape) in this protocol's streaming framing.
+    fn stream_error_event(&self, status: u16, error_body: &Value) -> Vec<u8>;
+
+    /// How its streams are framed, when not as server-sent events.
+    fn frames(&self) -> Option<&'static dyn framing::Frames> {
+        None
+    }
 
     /// Token counts a non-streamed response reports in its top-level
     /// `usage` object, which every API names so; `usage` is that object.

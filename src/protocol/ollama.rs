@@ -147,13 +147,13 @@ impl Adapter for Ollama {
         &["\"images\""]
     }
 
-    fn stream_error_event(&self, error_body: &Value) -> String {
+    fn stream_error_event(&self, _status: u16, error_body: &Value) -> Vec<u8> {
         let message = error_body
             .pointer("/error/message")
             .or_else(|| error_body.get("error"))
             .and_then(Value::as_str)
             .unwrap_or("condenser: request failed");
-        format!("{}\n", json!({"error": message}))
+        format!("{}\n", json!({"error": message})).into_bytes()
     }
 
     fn keepalive(&self) -> &'static [u8] {
@@ -244,6 +244,14 @@ impl Provider for Ollama {
             body: |model| json!({"model": model}),
             read: trained_length,
         })
+    }
+
+    fn credential(&self, headers: &HeaderMap, _query: Option<&str>) -> Option<Vec<u8>> {
+        super::bearer_or_key(headers).map(<[u8]>::to_vec)
+    }
+
+    fn signer(&self) -> Option<&'static dyn super::Signer> {
+        None
     }
 }
 

@@ -120,7 +120,47 @@ pub trait Provider: Send + Sync + 'static {
     /// How its servers state a model's trained context length, where they
     /// do (Ollama's `/api/show`).
     fn window_probe(&self) -> Option<WindowProbe>;
+
+    /// The credential that names the caller (its tenant), as sent in the
+    /// request's headers and query: hashed at once, never kept. It must
+    /// be the same on every request of one caller ([`bearer_or_key`] for
+    /// most APIs; never a per-request signature).
+    fn credential(&self, headers: &HeaderMap, query: Option<&str>) -> Option<Vec<u8>>;
+
+    /// What signs requests to its upstreams, where the API wants them
+    /// signed (AWS SigV4); `None` when requests go with the client's
+    /// credential as sent.
+    fn signer(&self) -> Option<&'static dyn Signer>;
 }
+
+/// The credential headers most APIs take, the first one present:
+/// `Authorization`, `x-api-key` (Anthropic), `api-key` (Azure),
+/// `x-goog-api-key` (Google).
+pub fn bearer_or_key(headers: &HeaderMap) -> Option<&[u8]> {
+    const CREDENTIAL_HEADERS: [&str; 4] =
+        ["authorization", "x-api-key", "api-key", "x-goog-api-key"];
+    CREDENTIAL_HEADERS
+        .iter()
+        .find_map(|name| headers.get(*name))
+        .map(|value| value.as_bytes())
+}
+
+/// Signs requests for an API whose upstream takes signed requests.
+pub trait Signer: Send + Sync {
+    /// Whether the client signed its request itself, so that no byte of
+    /// its body may change on the way (Condenser then forwards it as it
+    /// came, or refuses what would need a change).
+    fn signed_by_client(&self, headers: &HeaderMap) -> bool;
+
+    /// Signs `request` when it carries no credential of the client's and
+    /// Condenser holds signing credentials; else leaves it as it is.
+    fn sign(&self, request: &mut reqwest::Request) -> Result<(), SigningError>;
+}
+
+/// Why Condenser could not sign a request.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct SigningError(pub String);
 
 /// A registered provider, by handle: cheap to copy, compared by name.
 #[derive(Clone, Copy)]

@@ -3,7 +3,7 @@
 //! Which providers there are, in routing order, and how a name in the
 //! configuration finds one.
 
-use super::{anthropic, gemini, ollama, openai, Protocol, Provider};
+use super::{anthropic, bedrock, gemini, ollama, openai, vertex, Protocol, Provider};
 use serde::{Deserialize, Deserializer};
 use std::sync::RwLock;
 
@@ -14,6 +14,8 @@ use std::sync::RwLock;
 static BUILT_IN: &[&dyn Provider] = &[
     &ollama::Ollama,
     &gemini::Gemini,
+    &bedrock::Bedrock,
+    &vertex::Vertex,
     &anthropic::Anthropic,
     &openai::OpenAi,
 ];

@@ -11,6 +11,7 @@
 use super::Sizes;
 use crate::conversation::TenantId;
 use crate::domain::Usage;
+use crate::protocol::framing::{is_framed, FrameDecoder};
 use crate::protocol::Adapter;
 use crate::telemetry::genai::Answer;
 use bytes::{Bytes, BytesMut};
@@ -33,15 +34,23 @@ pub enum Framing {
     Events,
     /// One JSON document per line (Ollama's streams).
     Lines,
+    /// The adapter's own framing ([`Adapter::frames`]).
+    Frames,
 }
 
 impl Framing {
-    pub fn of(headers: &http::HeaderMap) -> Self {
+    /// How the body with `headers`, an answer of `adapter`'s API, is framed.
+    pub fn of(headers: &http::HeaderMap, adapter: &dyn Adapter) -> Self {
         let content_type = headers
             .get(http::header::CONTENT_TYPE)
             .and_then(|value| value.to_str().ok())
             .unwrap_or_default();
-        if content_type.starts_with("text/event-stream") {
+        let framed = adapter
+            .frames()
+            .is_some_and(|frames| is_framed(frames, headers));
+        if framed {
+            Self::Frames
+        } else if content_type.starts_with("text/event-stream") {
             Self::Events
         } else if content_type.starts_with("application/x-ndjson") {
             Self::Lines
@@ -216,6 +225,10 @@ where
             Framing::Events => Parser::events(usage_tap.adapter),
             Framing::Lines => Parser::Lines(BytesMut::new(), None),
             Framing::Json => Parser::Json(Some(BytesMut::new())),
+            Framing::Frames => match usage_tap.adapter.frames() {
+                Some(frames) => Parser::Frames(frames.decoder(), None),
+                None => Parser::Abandoned,
+            },
         },
         usage_tap: Some(usage_tap),
         read: read.clone(),
@@ -247,6 +260,8 @@ enum Parser {
     Events(Box<Events>),
     /// The line read so far, and the usage found in earlier lines.
     Lines(BytesMut, Option<Usage>),
+    /// The adapter's decoder, and the usage found in earlier events.
+    Frames(Box<dyn FrameDecoder>, Option<Usage>),
     Abandoned,
 }
 
@@ -328,6 +343,34 @@ fn read_lines(
     }
 }
 
+/// Reads the events `bytes` complete in a framed stream; only events
+/// that carry counts (or what a span reports) are parsed.
+fn read_frames(
+    adapter: &dyn Adapter,
+    decoder: &mut dyn FrameDecoder,
+    bytes: &[u8],
+    found: &mut Option<Usage>,
+    mut answer: Option<&mut Answer>,
+) {
+    let mut events = Vec::new();
+    decoder.feed(bytes, &mut events);
+    for event in events {
+        let usage = event.contains("usage");
+        if !usage && !answer.as_ref().is_some_and(|_| Answer::wants(&event)) {
+            continue;
+        }
+        let Ok(value) = serde_json::from_str::<Value>(&event) else {
+            continue;
+        };
+        if let Some(answer) = answer.as_deref_mut() {
+            answer.observe(&value);
+        }
+        if let Some(usage) = adapter.stream_usage(&value).filter(|_| usage) {
+            *found = Some(found.map_or(usage, |earlier| earlier.merged(usage)));
+        }
+    }
+}
+
 impl Reader {
     fn feed(&mut self, bytes: &Bytes) {
         match &mut self.parser {
@@ -352,6 +395,17 @@ impl Reader {
                     read_lines(tap.adapter, pending, found, self.answer.as_mut());
                 }
             }
+            Parser::Frames(decoder, found) => {
+                if let Some(tap) = &self.usage_tap {
+                    read_frames(
+                        tap.adapter,
+                        decoder.as_mut(),
+                        bytes,
+                        found,
+                        self.answer.as_mut(),
+                    );
+                }
+            }
             Parser::Abandoned => {}
         }
     }
@@ -371,6 +425,7 @@ impl Reader {
                 }
                 found
             }
+            Parser::Frames(_, found) => found,
             Parser::Abandoned => None,
         };
         usage.filter(|usage| usage.input_tokens > 0)

@@ -80,14 +80,22 @@ impl UpstreamClient {
         body: reqwest::Body,
     ) -> Result<reqwest::Response, ProxyError> {
         crate::telemetry::server::inject(&mut headers);
-        let request = self
+        let mut request = self
             .http
             .request(method, url.clone())
             .headers(headers)
-            .body(body);
+            .body(body)
+            .build()
+            .map_err(|error| classify(upstream, error, self.body_limit))?;
+        if let Some(signer) = upstream.protocol.provider().signer() {
+            signer.sign(&mut request).map_err(|error| {
+                tracing::error!(%error, upstream = %upstream.name, "the request could not be signed");
+                ProxyError::Internal
+            })?;
+        }
         let timeout = self.timeouts.first_byte;
         let started = std::time::Instant::now();
-        let sent = tokio::time::timeout(timeout, request.send()).await;
+        let sent = tokio::time::timeout(timeout, self.http.execute(request)).await;
         let upstream_label = upstream.protocol.as_str();
         metrics::histogram!("condenser_upstream_response_seconds", "protocol" => upstream_label)
             .record(started.elapsed().as_secs_f64());

@@ -57,8 +57,11 @@ pub async fn upgrade(
     let protocol = route.upstream.protocol;
     let (mut parts, _) = request.into_parts();
     let salt = state.settings.storage.tenant_salt.as_bytes();
-    let credential = crate::conversation::identify::credential(&parts.headers);
-    let tenant = crate::conversation::tenant::TenantId::from_credential(salt, credential);
+    let credential = protocol
+        .provider()
+        .credential(&parts.headers, parts.uri.query());
+    let tenant =
+        crate::conversation::tenant::TenantId::from_credential(salt, credential.as_deref());
     let Some(slot) = sockets.open(&tenant) else {
         return ProxyError::WebsocketLimit.into_response_for(protocol);
     };

@@ -165,6 +165,9 @@ impl Exchange {
         if let Some(forms) = self.summary_asked() {
             return Box::pin(self.summary_on_demand(forms)).await;
         }
+        if self.signed_by_client() {
+            return Box::pin(self.forward_signed()).await;
+        }
         let mut applied = self.stored_compaction();
         if let Some(compaction) = self.compact_before_reply().await {
             applied = Some(compaction);
@@ -204,6 +207,24 @@ impl Exchange {
                     self.report.compaction_error = Some(kind);
                     return self.finish(upstream_error);
                 }
+            }
+        }
+    }
+
+    /// A request its client signed goes as it came; where it overflows,
+    /// the client learns why Condenser cannot compact it, in place of the
+    /// upstream's overflow error.
+    async fn forward_signed(mut self) -> (Response, Report) {
+        let body = self.incoming.original.clone();
+        self.report.sent_bytes = body.len();
+        match self.attempt(body).await {
+            Attempt::Answered(response) => self.finish(response),
+            Attempt::Overflowed(..) | Attempt::Refused => {
+                tracing::warn!("a request signed by its client overflowed: not compacted");
+                self.report.compaction_error =
+                    Some(crate::domain::CompactionFailure::SignedByClient);
+                let protocol = self.incoming.route.upstream.protocol;
+                self.finish(ProxyError::SignedByClient.into_response_for(protocol))
             }
         }
     }
@@ -429,8 +450,13 @@ impl Exchange {
     /// Over the client socket's own upstream socket where it has one and
     /// the upstream serves the mode, else over HTTP.
     async fn send(&self, body: Bytes) -> Result<reqwest::Response, ProxyError> {
-        let outgoing = self.outgoing_headers();
         let Incoming { route, parts, .. } = &self.incoming;
+        let outgoing = match self.signed_by_client() {
+            // Only the very bytes the client signed, with its headers.
+            true if body != self.incoming.original => return Err(ProxyError::SignedByClient),
+            true => headers::request_headers(&parts.headers),
+            false => self.outgoing_headers(),
+        };
         let upstream = &self.state.upstream;
         if let Some(socket) = parts.extensions.get::<UpstreamSocket>() {
             let (waits, url) = (upstream.socket_waits(), &route.url);
@@ -445,6 +471,14 @@ impl Exchange {
         upstream
             .send(&route.upstream, method, &route.url, outgoing, body.into())
             .await
+    }
+
+    /// Whether the client signed the request itself, so that neither its
+    /// body nor its headers may change on the way.
+    fn signed_by_client(&self) -> bool {
+        let Incoming { route, parts, .. } = &self.incoming;
+        let signer = route.upstream.protocol.provider().signer();
+        signer.is_some_and(|signer| signer.signed_by_client(&parts.headers))
     }
 
     /// Condenser reads error bodies and first events: ask for them uncompressed.

@@ -181,7 +181,7 @@ impl Adapter for Responses {
 
     /// A `response.failed` event: what Codex and the SDKs read as a failed
     /// response, with the upstream's own error inside.
-    fn stream_error_event(&self, error_body: &Value) -> String {
+    fn stream_error_event(&self, _status: u16, error_body: &Value) -> Vec<u8> {
         let error = error_body.get("error").unwrap_or(error_body);
         let event = json!({
             "type": "response.failed",
@@ -194,7 +194,7 @@ impl Adapter for Responses {
                 "output": [],
             },
         });
-        format!("event: response.failed\ndata: {event}\n\n")
+        format!("event: response.failed\ndata: {event}\n\n").into_bytes()
     }
 
     fn usage(&self, usage: &Value) -> Option<Usage> {

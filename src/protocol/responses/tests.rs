@@ -100,7 +100,7 @@ fn only_events_before_any_output_are_preamble() {
 #[test]
 fn a_stream_error_is_a_response_failed_event_with_the_upstream_error() {
     let error = json!({"error": {"message": "Your input exceeds the context window of this model.", "type": "invalid_request_error", "code": "context_length_exceeded"}});
-    let event = Responses.stream_error_event(&error);
+    let event = String::from_utf8(Responses.stream_error_event(500, &error)).expect("text");
     assert!(event.starts_with("event: response.failed\ndata: "));
     let data: Value = serde_json::from_str(
         event

@@ -6,7 +6,8 @@
 
 use condenser::protocol::openai::OpenAi;
 use condenser::protocol::{
-    Adapter, Endpoint, ErrorInfo, Provider, Root, TelemetryNames, WindowProbe,
+    bearer_or_key, Adapter, Endpoint, ErrorInfo, Provider, Root, Signer, TelemetryNames,
+    WindowProbe,
 };
 use http::{HeaderMap, Method};
 use serde_json::{json, Value};
@@ -64,6 +65,14 @@ impl Provider for Minimal {
     }
 
     fn window_probe(&self) -> Option<WindowProbe> {
+        None
+    }
+
+    fn credential(&self, headers: &HeaderMap, _query: Option<&str>) -> Option<Vec<u8>> {
+        bearer_or_key(headers).map(<[u8]>::to_vec)
+    }
+
+    fn signer(&self) -> Option<&'static dyn Signer> {
         None
     }
 }
