@@ -79,6 +79,11 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
         "anthropic_base_url": upstream.base_url(),
         "gemini_base_url": upstream.base_url(),
         "database_url": db.url,
+        // Claude's clouds: the fake serves both at its own paths.
+        "upstreams": {
+            "bedrock": {"base_url": upstream.base_url()},
+            "vertex": {"base_url": format!("{}/v1", upstream.base_url())},
+        },
     });
     merge(&mut settings, options.settings);
     let (address, memory) = start_proxy_remembering(&settings).await;

@@ -8,6 +8,7 @@
 //! message), so a proxy bug turns into a 400 here as it would upstream.
 
 mod chat;
+pub mod claude_clouds;
 mod clouds;
 mod config;
 mod extras;
@@ -22,6 +23,7 @@ mod responses;
 mod responses_modes;
 mod responses_socket;
 mod responses_sse;
+mod sigv4;
 mod sse;
 mod state;
 mod validate;
@@ -179,6 +181,9 @@ fn router(state: Arc<state::State>) -> Router {
         )
         .route("/v1beta/models/{call}", post(gemini::call))
         .route("/v1/models/{call}", post(gemini::call))
+        .route("/model/{model}/{action}", post(claude_clouds::bedrock))
+        .route("/v1/projects/{*rest}", post(claude_clouds::vertex))
+        .route("/projects/{*rest}", post(claude_clouds::vertex))
         .route("/api/chat", post(ollama::chat))
         .route("/api/show", post(ollama::show))
         .route("/api/tags", get(ollama::tags))

@@ -1,0 +1,236 @@
+//! Claude on Amazon Bedrock and Google Vertex AI through the proxy, against
+//! the fake's Bedrock (InvokeModel, AWS's binary event stream, SigV4
+//! verified) and Vertex (rawPredict): the Anthropic SDK's own cloud
+//! clients through compactions, Condenser signing for a client that sends
+//! no credential, and a client's own signature never broken.
+
+use crate::helpers::app::{spawn_app_with, Options, TestApp};
+use crate::helpers::db::{TestBackend, TestDb};
+use crate::helpers::process::ProxyProcess;
+use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
+use fake_upstream::claude_clouds::{GATEWAY_ACCESS_KEY, GATEWAY_SECRET_KEY};
+use fake_upstream::{FakeConfig, FakeUpstream, RequestKind};
+use serde_json::{json, Value};
+use std::time::{Duration, SystemTime};
+
+const BEDROCK_MODEL: &str = "us.anthropic.claude-sonnet-4-5-20250929-v1:0";
+const VERTEX_MODEL: &str = "claude-sonnet-4-5@20250929";
+const BEDROCK_KEY: &str = "ABSKQmVkcm9ja0FQSUtleS1jb25kZW5zZXI=";
+const VERTEX_TOKEN: &str = "ya29.condenser-test-token";
+
+fn python() -> String {
+    std::env::var("CONDENSER_TEST_PYTHON")
+        .expect("CONDENSER_TEST_PYTHON is not set: run the suite with scripts/test, which prepares the SDK virtualenv")
+}
+
+/// A window the SDK script's first request (about 8,300 tokens) overflows
+/// and its summary call (about 5,000) does not: these clouds' overflow
+/// errors state no numbers to learn a smaller one from. Summaries are
+/// slower than the keep-alive interval, so the streamed request that
+/// compacts reads keep-alive frames first.
+fn options(backend: TestBackend, model: &str) -> Options {
+    let mut options = Options::on(backend).window(model, 6_000).settings(
+        json!({"compaction": {"summary_max_tokens": 300, "keepalive_interval": "300ms"}}),
+    );
+    options.fake.summary_delay = Duration::from_millis(900);
+    options
+}
+
+async fn run_sdk(app: &TestApp, cloud: &str, key: &str, model: &str) {
+    let path = format!("{}/tests/sdk/cloud_claude.py", env!("CARGO_MANIFEST_DIR"));
+    let output = tokio::process::Command::new(python())
+        .arg(&path)
+        .env("CLOUD", cloud)
+        .env("CONDENSER_URL", &app.address)
+        .env("API_KEY", key)
+        .env("MODEL", model)
+        .env_remove("AWS_BEARER_TOKEN_BEDROCK")
+        .output()
+        .await
+        .expect("python runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let seen: Vec<_> = app
+        .upstream
+        .requests()
+        .iter()
+        .map(|r| (r.path.clone(), r.kind, r.status, r.input_tokens))
+        .collect();
+    assert!(
+        output.status.success(),
+        "{cloud}: the SDK failed:\n{stderr}\nthe upstream saw {seen:?}"
+    );
+    let summaries = app.upstream.summary_requests();
+    assert!(
+        !summaries.is_empty(),
+        "{cloud}: the upstream wrote a summary"
+    );
+    app.upstream.assert_facts_survive();
+}
+
+#[tokio::test]
+async fn the_bedrock_sdk_is_rescued_from_an_overflow_over_the_event_stream() {
+    let app = spawn_app_with(options(TestBackend::Sqlite, BEDROCK_MODEL)).await;
+    run_sdk(&app, "bedrock", BEDROCK_KEY, BEDROCK_MODEL).await;
+    // Summary calls went the client's way: its model's invoke, its key.
+    for summary in app.upstream.summary_requests() {
+        let path = format!("/model/{BEDROCK_MODEL}/invoke");
+        assert_eq!(summary.path, path);
+        let authorization = summary.header("authorization");
+        assert_eq!(
+            authorization,
+            Some(format!("Bearer {BEDROCK_KEY}").as_str())
+        );
+        let body: Value = serde_json::from_slice(&summary.body).expect("json");
+        assert_eq!(body["anthropic_version"], "bedrock-2023-05-31");
+    }
+}
+
+#[tokio::test]
+async fn the_vertex_sdk_is_rescued_from_an_overflow() {
+    let app = spawn_app_with(options(TestBackend::Postgres, VERTEX_MODEL)).await;
+    run_sdk(&app, "vertex", VERTEX_TOKEN, VERTEX_MODEL).await;
+    for summary in app.upstream.summary_requests() {
+        assert!(summary
+            .path
+            .ends_with(&format!("/models/{VERTEX_MODEL}:rawPredict")));
+    }
+}
+
+/// A Messages body as Bedrock takes it, of about `notes` × 200 tokens.
+fn bedrock_body(notes: usize) -> Vec<u8> {
+    let mut messages = Vec::new();
+    for i in 0..notes {
+        messages.push(json!({"role": "user", "content": format!("note {i}: {}", "lorem ipsum dolor ".repeat(40))}));
+        messages.push(json!({"role": "assistant", "content": format!("noted {i}")}));
+    }
+    messages.push(json!({"role": "user", "content": "What did I note?"}));
+    let body =
+        json!({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 200, "messages": messages});
+    serde_json::to_vec(&body).expect("json")
+}
+
+#[tokio::test]
+async fn condenser_signs_what_a_client_without_credentials_sends_and_compacts_it() {
+    let upstream = FakeUpstream::start(FakeConfig {
+        summary_marker: Some(condenser::protocol::SUMMARY_MARKER.to_string()),
+        ..FakeConfig::default()
+    })
+    .await;
+    upstream.set_context_window(BEDROCK_MODEL, 3_000);
+    let db = TestDb::new(TestBackend::Sqlite).await;
+    let env = [
+        (
+            "CONDENSER__UPSTREAMS__BEDROCK__BASE_URL",
+            upstream.base_url(),
+        ),
+        ("DATABASE_URL", db.url.clone()),
+        ("AWS_ACCESS_KEY_ID", GATEWAY_ACCESS_KEY.to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", GATEWAY_SECRET_KEY.to_owned()),
+        ("AWS_REGION", "us-west-2".to_owned()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let proxy = ProxyProcess::start(&env);
+    let url = proxy.url(&format!("/model/{BEDROCK_MODEL}/invoke"));
+    let client = reqwest::Client::new();
+    let answer = client
+        .post(&url)
+        .body(bedrock_body(40))
+        .send()
+        .await
+        .expect("sent");
+    let status = answer.status();
+    let compactions = answer.headers().get("x-condenser-compactions").cloned();
+    let text = answer.text().await.expect("body");
+    assert_eq!(status, 200, "{text}");
+    let compactions = compactions.and_then(|v| v.to_str().ok()?.parse::<u32>().ok());
+    assert!(compactions.is_some_and(|n| n >= 1), "{compactions:?}");
+    let requests = upstream.requests();
+    assert!(requests
+        .iter()
+        .any(|r| r.kind == RequestKind::Summary && r.status == 200));
+    for request in &requests {
+        let authorization = request.header("authorization").unwrap_or_default();
+        assert!(
+            authorization.starts_with(&format!(
+                "AWS4-HMAC-SHA256 Credential={GATEWAY_ACCESS_KEY}/"
+            )) && authorization.contains("/us-west-2/bedrock/aws4_request"),
+            "{authorization}"
+        );
+        // The fake verified each signature: a bad one is its 403 (the
+        // first request's 400 is its overflow).
+        assert_ne!(request.status, 403, "{}", request.path);
+    }
+}
+
+/// The headers of a SigV4 signature over `body` for `url`, as a client
+/// signs for the host it believes it talks to.
+fn client_signature(url: &str, body: &[u8]) -> Vec<(String, String)> {
+    let credentials = aws_credential_types::Credentials::new(
+        GATEWAY_ACCESS_KEY,
+        GATEWAY_SECRET_KEY,
+        None,
+        None,
+        "test",
+    );
+    let identity = credentials.into();
+    let params = aws_sigv4::sign::v4::SigningParams::builder()
+        .identity(&identity)
+        .region("us-east-1")
+        .name("bedrock")
+        .time(SystemTime::now())
+        .settings(SigningSettings::default())
+        .build()
+        .expect("params")
+        .into();
+    let headers = [("content-type", "application/json")];
+    let signable =
+        SignableRequest::new("POST", url, headers.into_iter(), SignableBody::Bytes(body))
+            .expect("signable");
+    let (instructions, _) = sign(signable, &params).expect("signed").into_parts();
+    let mut signed: Vec<(String, String)> = instructions
+        .headers()
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect();
+    signed.push(("content-type".into(), "application/json".into()));
+    signed
+}
+
+async fn send_signed(app: &TestApp, body: Vec<u8>) -> reqwest::Response {
+    let path = format!("/model/{BEDROCK_MODEL}/invoke");
+    // Signed for the upstream's host, as a transparent gateway sees it.
+    let signature = client_signature(&format!("{}{path}", app.upstream.base_url()), &body);
+    let mut request = app.client.post(app.url(&path)).body(body);
+    for (name, value) in signature {
+        request = request.header(name, value);
+    }
+    request.send().await.expect("sent")
+}
+
+#[tokio::test]
+async fn a_client_signed_request_goes_byte_for_byte_or_is_refused_with_the_reason() {
+    let app = spawn_app_with(Options::default().window(BEDROCK_MODEL, 3_000)).await;
+    let small = bedrock_body(2);
+    let answer = send_signed(&app, small.clone()).await;
+    assert_eq!(
+        answer.status(),
+        200,
+        "{}",
+        answer.text().await.unwrap_or_default()
+    );
+    let forwarded = app.upstream.requests();
+    assert_eq!(forwarded.len(), 1);
+    assert_eq!(forwarded[0].body, small, "the signed body went as it came");
+    // Over the window: a compaction would change the signed body.
+    let answer = send_signed(&app, bedrock_body(40)).await;
+    assert_eq!(answer.status(), 400);
+    let error: Value = answer.json().await.expect("json");
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("signed by the client") && message.contains("API key"),
+        "{error}"
+    );
+    assert!(
+        app.upstream.summary_requests().is_empty(),
+        "no summary call was paid for"
+    );
+}
