@@ -246,6 +246,45 @@ mod tests {
         answer(200, "text/event-stream", events)
     }
 
+    fn frames(status: u16, frames: &[Vec<u8>]) -> reqwest::Response {
+        let chunks: Vec<Result<Bytes, std::io::Error>> = frames
+            .iter()
+            .map(|frame| Ok(Bytes::from(frame.clone())))
+            .collect();
+        let body = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
+        let response = http::Response::builder()
+            .status(status)
+            .header("content-type", crate::protocol::bedrock::EVENT_STREAM)
+            .body(body)
+            .expect("a response");
+        reqwest::Response::from(response)
+    }
+
+    /// Bedrock reports an overflow found after the headers as an
+    /// exception frame; a healthy stream goes on from its first chunk.
+    #[tokio::test]
+    async fn an_event_stream_opening_with_an_overflow_exception_is_an_overflow() {
+        use crate::protocol::bedrock::{chunk_frame, Bedrock};
+        let error = serde_json::json!({"message": "Input is too long for requested model."});
+        let table = SignatureTable::builtin();
+        let failing = frames(200, &[Bedrock.stream_error_event(400, &error)]);
+        let inspected = inspect(failing, &table, &Bedrock, IDLE).await;
+        assert!(matches!(inspected, Ok(Inspected::Overflow { .. })));
+        let start =
+            chunk_frame(br#"{"type":"message_start","message":{"usage":{"input_tokens":3}}}"#);
+        let healthy = frames(200, &[start.clone(), chunk_frame(br#"{"type":"ping"}"#)]);
+        let Ok(Inspected::Relay { first_chunk, .. }) =
+            inspect(healthy, &table, &Bedrock, IDLE).await
+        else {
+            panic!("a healthy stream is relayed");
+        };
+        assert_eq!(first_chunk.as_deref(), Some(&start[..]));
+        let throttled =
+            Bedrock.stream_error_event(429, &serde_json::json!({"message": "Too many requests"}));
+        let inspected = inspect(frames(200, &[throttled]), &table, &Bedrock, IDLE).await;
+        assert!(matches!(inspected, Ok(Inspected::Relay { .. })));
+    }
+
     const IDLE: Duration = Duration::from_secs(5);
     const CREATED: &str = "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"error\":null}}\n\n";
     const IN_PROGRESS: &str = "event: response.in_progress\ndata: {\"type\":\"response.in_progress\",\"response\":{\"error\":null}}\n\n";

@@ -3,7 +3,7 @@
 //!
 //! Every provider words "prompt too long" differently, wraps it in a
 //! different envelope, and some report it inside a 200 stream (see
-//! `shared/reference/overflow-errors.md`). The knowledge lives as data in
+//! `signatures.rs` for the wordings and their sources). The knowledge lives as data in
 //! `signatures.rs`; operators extend it from config with
 //! [`CustomSignature`]. Look-alikes that compaction cannot fix (rate limits,
 //! throttling, over-long parameter strings) are vetoed before any match.

@@ -3,8 +3,9 @@
 //! The built-in signature table: which error texts and JSON fields mean
 //! "context overflow", per provider. Data only; `matcher.rs` runs it.
 //!
-//! Texts come from `shared/reference/overflow-errors.md`; those added since
-//! (issue 29) name their source beside them. Patterns are
+//! Texts are the providers' own error wordings, captured from their APIs
+//! and from the issues users filed; those added later name their public
+//! source beside them. Patterns are
 //! written in lower case and run on each lower-cased message separately;
 //! `{N}` is a token count (see `numbers.rs`) and the named groups feed the
 //! signal.

@@ -1,7 +1,7 @@
 //! Step 6, detect overflow: tests with providers' bodies.
 //!
-//! Real overflow bodies from `shared/reference/overflow-errors.md`, one row
-//! per provider wording: each must match, with the right name and numbers.
+//! Real overflow bodies, as each provider answers them (the sources are
+//! beside the signatures in `signatures.rs`), one row per provider wording: each must match, with the right name and numbers.
 
 use super::OverflowCause::{Bytes, Input, InputPlusOutput};
 use super::*;

@@ -151,6 +151,11 @@ async fn feed(
         }
         return;
     }
+    let _ = sender.send(Ok(error_event(adapter, response).await)).await;
+}
+
+/// An error answer as the stream's error event.
+async fn error_event(adapter: &dyn crate::protocol::Adapter, response: Response) -> Bytes {
     let status = response.status().as_u16();
     let body = response
         .into_body()
@@ -161,7 +166,5 @@ async fn feed(
     let error: serde_json::Value = serde_json::from_slice(&body).unwrap_or_else(
         |_| serde_json::json!({"error": {"message": String::from_utf8_lossy(&body)}}),
     );
-    let _ = sender
-        .send(Ok(adapter.stream_error_event(status, &error).into()))
-        .await;
+    adapter.stream_error_event(status, &error).into()
 }

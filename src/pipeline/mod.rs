@@ -27,19 +27,18 @@ pub use keepalive::KEEPALIVE_COMMENT;
 
 pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -> Response {
     let adapter = route.adapter();
-    let provider = route.upstream.protocol.provider();
-    let credential = provider.credential(&parts.headers, parts.uri.query());
-    let credential = credential.as_deref();
+    let credential = caller_credential(&route, &parts);
     let native::Prepared {
         body,
         forwarded,
         ask,
         fallback,
-    } = match native::prepared(state, &route, &parts, credential, body).await {
+    } = match native::prepared(state, &route, &parts, credential.as_deref(), body).await {
         Ok(prepared) => prepared,
         Err(response) => return response,
     };
-    let identified = identify_off_workers(state, adapter, credential, &body, &parts).await;
+    let identified =
+        identify_off_workers(state, adapter, credential.as_deref(), &body, &parts).await;
     // Invariant 9: what Condenser cannot parse goes upstream unchanged.
     let Some((chat, conversation)) = identified else {
         let (method, headers) = (parts.method, &parts.headers);
@@ -52,11 +51,8 @@ pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -
     let arrived_at_ms = crate::store::now_ms();
     let (writer, storage) = (&state.writer, &state.storage);
     let persist = persist::Persist::new(writer, storage, adapter, body.len(), arrived_at_ms);
-    let upstream = &route.upstream.name;
-    let speaks = keepalive::Speaks {
-        adapter,
-        protocol: route.upstream.protocol,
-    };
+    let (upstream, protocol) = (&route.upstream.name, route.upstream.protocol);
+    let speaks = keepalive::Speaks { adapter, protocol };
     let observed =
         observe::Observed::new(state, upstream, &chat.model, &conversation, arrived_at_ms);
     let stream = chat.stream;
@@ -157,6 +153,12 @@ fn identify(
         credential,
     } = caller;
     crate::conversation::identify::conversation(adapter, salt, headers, credential, outline, memo)
+}
+
+/// The credential naming the caller, as the route's provider reads it.
+fn caller_credential(route: &Route, parts: &Parts) -> Option<Vec<u8>> {
+    let provider = route.upstream.protocol.provider();
+    provider.credential(&parts.headers, parts.uri.query())
 }
 
 /// Who sent a request: its headers (a session it names) and the

@@ -96,7 +96,7 @@ pub fn provider(names: TelemetryNames, host: Option<&str>) -> &'static str {
         ("openrouter.ai", "openrouter"),
     ];
     let host = host.unwrap_or("").to_ascii_lowercase();
-    if host.starts_with("bedrock") && host.ends_with(".amazonaws.com") {
+    if host.starts_with("bedrock-") && host.ends_with(".amazonaws.com") {
         return "aws.bedrock";
     }
     if let Some((_, name)) = HOSTS

@@ -1,6 +1,6 @@
 //! The real Codex CLI (`@openai/codex`, pinned and installed by
 //! `scripts/test`, which sets `CONDENSER_TEST_CODEX`) through the proxy
-//! against the fake upstream, offline as `shared/reference/clients.md`
+//! against the fake upstream, offline as tests/README.md
 //! describes: one `codex exec` session resumed turn after turn, its
 //! history outgrowing the window several times, every turn succeeding
 //! (summaries slow enough that Codex reads keep-alives before its answer).

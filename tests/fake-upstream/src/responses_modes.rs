@@ -12,8 +12,8 @@ const TRIGGER: &str = "compaction_trigger";
 /// What a third-party Responses server refuses of OpenAI's own compaction
 /// forms: `context_management` is unknown to it, and servers whose
 /// request models forbid extra fields answer "context_management: Extra
-/// inputs are not permitted" (shared/reference/providers.md,
-/// "Provider-native compaction APIs"; pydantic's `extra="forbid"`
+/// inputs are not permitted" (anthropics/claude-code#21612 for the same
+/// refusal of `context_management`; pydantic's `extra="forbid"`
 /// wording). A `compaction_trigger` item is answered as a plain message,
 /// as measured with Codex 0.169.0 against such a server (same section),
 /// and `/responses/compact` is a 404 ([`compact`]). OpenAI refuses a

@@ -3,7 +3,7 @@
 //!
 //! The wire, as Codex speaks it (openai/codex
 //! `codex-rs/codex-api/src/endpoint/responses_websocket.rs`;
-//! shared/reference/providers.md, "WebSocket transport"): the client
+//! OpenAI's "WebSocket mode" guide for the Responses API): the client
 //! upgrades `GET /v1/responses` with the HTTP request's auth header, then
 //! sends text frames `{"type":"response.create", …}` holding an HTTP
 //! request body's fields; the server answers each with text frames, each
