@@ -11,6 +11,7 @@ use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettin
 use fake_upstream::claude_clouds::{GATEWAY_ACCESS_KEY, GATEWAY_SECRET_KEY};
 use fake_upstream::{FakeConfig, FakeUpstream, RequestKind};
 use serde_json::{json, Value};
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 const BEDROCK_MODEL: &str = "us.anthropic.claude-sonnet-4-5-20250929-v1:0";
@@ -233,4 +234,153 @@ async fn a_client_signed_request_goes_byte_for_byte_or_is_refused_with_the_reaso
         app.upstream.summary_requests().is_empty(),
         "no summary call was paid for"
     );
+}
+
+/// The real Claude Code (`CONDENSER_TEST_CLAUDE_CODE`, installed by
+/// `scripts/test`) on a cloud, through the proxy.
+mod claude_code {
+    use super::*;
+    use crate::helpers::agent::filler;
+
+    const TURNS: usize = 14;
+    /// Claude Code's prompt and tools take about 29k of the fake's tokens,
+    /// its output limit 4k more; each turn adds about 2k.
+    const WINDOW: u64 = 40_000;
+
+    fn claude() -> String {
+        std::env::var("CONDENSER_TEST_CLAUDE_CODE").expect(
+            "CONDENSER_TEST_CLAUDE_CODE is not set: run the suite with scripts/test, which installs Claude Code",
+        )
+    }
+
+    /// One `claude -p` turn with a tool round, the session resumed after
+    /// the first: whether it answered, and what it printed.
+    async fn turn(cloud: &[(&str, String)], home: &Path, model: &str, number: usize) -> Value {
+        let prompt = format!(
+            "Turn {number}: read this log. [tools]\n{}",
+            filler(8_000, number)
+        );
+        let session = if number == 1 {
+            "--session-id"
+        } else {
+            "--resume"
+        };
+        let mut command = tokio::process::Command::new(claude());
+        command
+            .args(["-p", "--model", model, "--output-format", "json"])
+            .args([session, "c1a0dec0-5555-4222-8333-444444444444", &prompt])
+            .current_dir(home)
+            .env("HOME", home)
+            .env("CLAUDE_CONFIG_DIR", home.join(".claude"))
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("CLAUDE_CODE_MAX_OUTPUT_TOKENS", "4096")
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("ANTHROPIC_BASE_URL")
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        for (name, value) in cloud {
+            command.env(name, value);
+        }
+        let output = command.output().await.expect("claude runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success(),
+            "turn {number}: claude failed\n{stdout}\n{stderr}"
+        );
+        serde_json::from_str(&stdout)
+            .unwrap_or_else(|_| panic!("turn {number}: not JSON: {stdout}"))
+    }
+
+    async fn fourteen_turns(upstream: &FakeUpstream, cloud: &[(&str, String)], model: &str) {
+        let home = tempfile::tempdir().expect("a home");
+        for number in 1..=TURNS {
+            let output = turn(cloud, home.path(), model, number).await;
+            let answer = output["result"].as_str().unwrap_or_default();
+            assert!(
+                output["is_error"] == false && answer.starts_with("I have read all"),
+                "turn {number}: {output}"
+            );
+        }
+        let chats = upstream.chat_requests();
+        let tool_rounds = chats
+            .iter()
+            .filter(|r| r.body.windows(12).any(|w| w == b"\"tool_result"))
+            .count();
+        assert!(tool_rounds >= TURNS, "{tool_rounds} tool rounds");
+        let summaries = upstream.summary_requests().len();
+        assert!(summaries >= 2, "{summaries} summaries over {TURNS} turns");
+        upstream.assert_facts_survive();
+    }
+
+    fn small_window(backend: TestBackend, model: &str) -> Options {
+        Options::on(backend)
+            .window(model, WINDOW)
+            .settings(json!({"compaction": {"summary_max_tokens": 300}}))
+    }
+
+    async fn on_bedrock_with_a_key(backend: TestBackend) {
+        let app = spawn_app_with(small_window(backend, BEDROCK_MODEL)).await;
+        let cloud = [
+            ("CLAUDE_CODE_USE_BEDROCK", "1".to_owned()),
+            ("ANTHROPIC_BEDROCK_BASE_URL", app.address.clone()),
+            ("AWS_BEARER_TOKEN_BEDROCK", BEDROCK_KEY.to_owned()),
+            ("AWS_REGION", "us-east-1".to_owned()),
+        ];
+        fourteen_turns(&app.upstream, &cloud, BEDROCK_MODEL).await;
+    }
+
+    crate::helpers::db::both_backends!(on_bedrock_with_a_key);
+
+    #[tokio::test]
+    async fn on_bedrock_signed_by_condenser() {
+        let upstream = FakeUpstream::start(FakeConfig {
+            summary_marker: Some(condenser::protocol::SUMMARY_MARKER.to_string()),
+            ..FakeConfig::default()
+        })
+        .await;
+        upstream.set_context_window(BEDROCK_MODEL, WINDOW);
+        let db = TestDb::new(TestBackend::Postgres).await;
+        let env = [
+            (
+                "CONDENSER__UPSTREAMS__BEDROCK__BASE_URL",
+                upstream.base_url(),
+            ),
+            ("DATABASE_URL", db.url.clone()),
+            (
+                "CONDENSER__COMPACTION__SUMMARY_MAX_TOKENS",
+                "300".to_owned(),
+            ),
+            ("AWS_ACCESS_KEY_ID", GATEWAY_ACCESS_KEY.to_owned()),
+            ("AWS_SECRET_ACCESS_KEY", GATEWAY_SECRET_KEY.to_owned()),
+        ];
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let proxy = ProxyProcess::start(&env);
+        let cloud = [
+            ("CLAUDE_CODE_USE_BEDROCK", "1".to_owned()),
+            ("CLAUDE_CODE_SKIP_BEDROCK_AUTH", "1".to_owned()),
+            ("ANTHROPIC_BEDROCK_BASE_URL", proxy.url("")),
+            ("AWS_REGION", "us-east-1".to_owned()),
+        ];
+        fourteen_turns(&upstream, &cloud, BEDROCK_MODEL).await;
+        assert!(upstream.requests().iter().all(|r| r.status != 403));
+    }
+
+    #[tokio::test]
+    async fn on_vertex() {
+        let app = spawn_app_with(small_window(TestBackend::Sqlite, VERTEX_MODEL)).await;
+        let cloud = [
+            ("CLAUDE_CODE_USE_VERTEX", "1".to_owned()),
+            ("CLAUDE_CODE_SKIP_VERTEX_AUTH", "1".to_owned()),
+            ("ANTHROPIC_VERTEX_BASE_URL", format!("{}/v1", app.address)),
+            ("ANTHROPIC_VERTEX_PROJECT_ID", "condenser-test".to_owned()),
+            ("CLOUD_ML_REGION", "us-east5".to_owned()),
+            // What a gateway in front of Vertex is given instead of Google's own auth.
+            (
+                "ANTHROPIC_CUSTOM_HEADERS",
+                format!("Authorization: Bearer {VERTEX_TOKEN}"),
+            ),
+        ];
+        fourteen_turns(&app.upstream, &cloud, VERTEX_MODEL).await;
+    }
 }
