@@ -211,7 +211,7 @@ impl Summarizer<'_> {
 
     /// What a 200 answer says, on the call's span.
     fn traced(&self, span: &tracing::Span, parsed: &Value) {
-        let Some(mut answer) = genai::Answer::new(span) else {
+        let Some(mut answer) = genai::Answer::new(span, self.adapter) else {
             return;
         };
         genai::status(span, http::StatusCode::OK);

@@ -131,7 +131,7 @@ impl Unplannable {
 
 /// Everything one compaction needs to know about the request.
 pub struct Job<'a> {
-    pub adapter: &'a dyn Adapter,
+    pub adapter: &'static dyn Adapter,
     pub request: &'a ChatRequest,
     pub conversation: &'a Conversation,
     pub current: Option<&'a Compaction>,

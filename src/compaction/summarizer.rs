@@ -157,7 +157,7 @@ pub struct Summarizer<'a> {
     pub client: &'a UpstreamClient,
     pub route: &'a Route,
     pub headers: &'a HeaderMap,
-    pub adapter: &'a dyn Adapter,
+    pub adapter: &'static dyn Adapter,
     /// The client's request, as the upstream accepted it: the summary call
     /// is built from it.
     pub request: &'a ChatRequest,

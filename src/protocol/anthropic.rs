@@ -5,9 +5,9 @@
 use super::request::serialize_replacing;
 use super::summary_text;
 use super::{
-    elide_middle, with_text_content, Adapter, ChatRequest, Endpoint, ErrorClass, ErrorInfo,
-    Outline, Protocol, Provider, Root, ServedForms, SummaryCall, SystemPart, TelemetryNames,
-    ToolLinks, Trimmed, Usage, WindowProbe,
+    elide_middle, with_text_content, Adapter, AnswerFacts, ChatRequest, Endpoint, ErrorClass,
+    ErrorInfo, Outline, Protocol, Provider, Root, ServedForms, SummaryCall, SystemPart,
+    TelemetryNames, ToolLinks, Trimmed, Usage, WindowProbe,
 };
 use crate::protocol::canonical::canonical_json;
 use bytes::Bytes;
@@ -154,6 +154,26 @@ impl Adapter for Anthropic {
             .pointer("/message/usage")
             .or_else(|| event.get("usage"))?;
         usage_of(usage)
+    }
+
+    /// A message, or the `message_start` holding one; `message_delta`
+    /// says why it stopped.
+    fn answer_facts(&self, answer: &Value, facts: &mut AnswerFacts) {
+        for message in [Some(answer), answer.get("message")].into_iter().flatten() {
+            facts.named(message.get("model"), message.get("id"));
+            facts.finished(message.get("stop_reason"));
+            let usage = message.get("usage");
+            let count = |key: &str| usage.and_then(|usage| usage.get(key));
+            facts.cached(
+                count("cache_read_input_tokens"),
+                count("cache_creation_input_tokens"),
+            );
+        }
+        facts.finished(answer.pointer("/delta/stop_reason"));
+    }
+
+    fn fact_markers(&self) -> &'static [&'static str] {
+        &["stop_reason", "\"model\"", "cache_read_input_tokens"]
     }
 
     /// Context editing and compaction (`anthropic_native.rs`).

@@ -17,8 +17,9 @@
 use super::anthropic::Anthropic;
 use super::framing::{FrameDecoder, Frames};
 use super::{
-    Adapter, ChatRequest, Endpoint, ErrorInfo, Outline, OutputField, Protocol, Provider, Root,
-    Signer, SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage, WindowProbe,
+    Adapter, AnswerFacts, ChatRequest, Endpoint, ErrorInfo, Outline, OutputField, Protocol,
+    Provider, Root, Signer, SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage,
+    WindowProbe,
 };
 use aws_smithy_eventstream::frame::{write_message_to, DecodedFrame, MessageFrameDecoder};
 use aws_smithy_types::event_stream::{Header, HeaderValue, Message};
@@ -195,6 +196,14 @@ impl Adapter for Bedrock {
 
     fn stream_usage(&self, event: &Value) -> Option<Usage> {
         Anthropic.stream_usage(event)
+    }
+
+    fn answer_facts(&self, answer: &Value, facts: &mut AnswerFacts) {
+        Anthropic.answer_facts(answer, facts)
+    }
+
+    fn fact_markers(&self) -> &'static [&'static str] {
+        Anthropic.fact_markers()
     }
 }
 

@@ -15,8 +15,9 @@
 use super::request::serialize_replacing;
 use super::summary_text;
 use super::{
-    elide_middle, Adapter, ChatRequest, Endpoint, ErrorInfo, Outline, Protocol, Provider, Root,
-    SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage, WindowProbe,
+    elide_middle, Adapter, AnswerFacts, ChatRequest, Endpoint, ErrorInfo, Outline, Protocol,
+    Provider, Root, SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage,
+    WindowProbe,
 };
 use crate::protocol::canonical::canonical_json;
 use bytes::Bytes;
@@ -254,6 +255,28 @@ impl Adapter for Gemini {
 
     fn stream_usage(&self, event: &Value) -> Option<Usage> {
         self.usage(field(event, "usageMetadata", "usage_metadata")?)
+    }
+
+    fn answer_facts(&self, answer: &Value, facts: &mut AnswerFacts) {
+        let model = field(answer, "modelVersion", "model_version");
+        facts.named(model, field(answer, "responseId", "response_id"));
+        let candidates = answer.get("candidates").and_then(Value::as_array);
+        for candidate in candidates.into_iter().flatten() {
+            facts.finished(field(candidate, "finishReason", "finish_reason"));
+        }
+        let usage = field(answer, "usageMetadata", "usage_metadata");
+        let cached =
+            usage.and_then(|u| field(u, "cachedContentTokenCount", "cached_content_token_count"));
+        facts.cached(cached, None);
+    }
+
+    fn fact_markers(&self) -> &'static [&'static str] {
+        &[
+            "finishReason",
+            "finish_reason",
+            "modelVersion",
+            "model_version",
+        ]
     }
 }
 

@@ -9,6 +9,7 @@ pub mod anthropic;
 mod anthropic_native;
 pub mod bedrock;
 pub mod canonical;
+mod facts;
 pub mod framing;
 pub mod gemini;
 mod head;
@@ -27,6 +28,7 @@ use serde_json::Value;
 
 pub use crate::domain::Usage;
 use bytes::Bytes;
+pub use facts::AnswerFacts;
 pub use models::OutputField;
 pub use provider::{
     bearer_or_key, Endpoint, ErrorClass, ErrorInfo, Protocol, Provider, Root, Signer, SigningError,
@@ -187,6 +189,15 @@ pub trait Adapter: Send + Sync {
     /// Token counts one SSE event's parsed `data` reports (final chunk /
     /// message_delta / response.completed).
     fn stream_usage(&self, event: &Value) -> Option<Usage>;
+
+    /// Adds to `facts` what a whole answer, or one event of a streamed
+    /// one, says of itself: the model, the id, why it stopped, what the
+    /// prompt cache served.
+    fn answer_facts(&self, answer: &Value, facts: &mut AnswerFacts);
+
+    /// Byte strings one of whose presence shows a stream event may carry
+    /// an answer fact: events without any are not parsed for them.
+    fn fact_markers(&self) -> &'static [&'static str];
 
     /// Whether a 200 stream's event (its `data`) is one the API sends
     /// before any output, after which it may still fail with an overflow

@@ -18,8 +18,8 @@ use super::head::role_of;
 use super::request::serialize_replacing;
 use super::{summary_text, text_of};
 use super::{
-    Adapter, ChatRequest, Endpoint, ErrorInfo, Outline, Protocol, Provider, Root, SummaryCall,
-    SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage, WindowProbe,
+    Adapter, AnswerFacts, ChatRequest, Endpoint, ErrorInfo, Outline, Protocol, Provider, Root,
+    SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage, WindowProbe,
 };
 use crate::protocol::canonical::canonical_json;
 use bytes::Bytes;
@@ -182,6 +182,15 @@ impl Adapter for Ollama {
 
     fn stream_usage(&self, line: &Value) -> Option<Usage> {
         self.usage(line)
+    }
+
+    fn answer_facts(&self, answer: &Value, facts: &mut AnswerFacts) {
+        facts.named(answer.get("model"), None);
+        facts.finished(answer.get("done_reason"));
+    }
+
+    fn fact_markers(&self) -> &'static [&'static str] {
+        &["done_reason", "\"model\""]
     }
 }
 

@@ -6,8 +6,9 @@ use super::head::role_of;
 use super::request::serialize_replacing;
 use super::{
     copy_routing, elide_middle, models, summary_text, text_of, with_text_content, Adapter,
-    ChatRequest, Endpoint, ErrorClass, ErrorInfo, Outline, OutputField, Protocol, Provider, Root,
-    SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage, WindowProbe,
+    AnswerFacts, ChatRequest, Endpoint, ErrorClass, ErrorInfo, Outline, OutputField, Protocol,
+    Provider, Root, SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage,
+    WindowProbe,
 };
 use crate::protocol::canonical::canonical_json;
 use bytes::Bytes;
@@ -218,6 +219,20 @@ impl Adapter for OpenAi {
     /// same `usage` object as a whole response.
     fn stream_usage(&self, event: &Value) -> Option<Usage> {
         self.usage(event.get("usage")?)
+    }
+
+    fn answer_facts(&self, answer: &Value, facts: &mut AnswerFacts) {
+        facts.named(answer.get("model"), answer.get("id"));
+        let choices = answer.get("choices").and_then(Value::as_array);
+        for choice in choices.into_iter().flatten() {
+            facts.finished(choice.get("finish_reason"));
+        }
+        let cached = answer.pointer("/usage/prompt_tokens_details/cached_tokens");
+        facts.cached(cached, None);
+    }
+
+    fn fact_markers(&self) -> &'static [&'static str] {
+        &["finish_reason", "\"model\""]
     }
 }
 

@@ -14,9 +14,9 @@
 
 use super::anthropic::Anthropic;
 use super::{
-    Adapter, ChatRequest, Endpoint, ErrorInfo, Outline, OutputField, Protocol, Provider, Root,
-    ServedForms, Signer, SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage,
-    WindowProbe,
+    Adapter, AnswerFacts, ChatRequest, Endpoint, ErrorInfo, Outline, OutputField, Protocol,
+    Provider, Root, ServedForms, Signer, SummaryCall, SystemPart, TelemetryNames, ToolLinks,
+    Trimmed, Usage, WindowProbe,
 };
 use bytes::Bytes;
 use http::{HeaderMap, Method};
@@ -143,6 +143,14 @@ impl Adapter for Vertex {
 
     fn stream_usage(&self, event: &Value) -> Option<Usage> {
         Anthropic.stream_usage(event)
+    }
+
+    fn answer_facts(&self, answer: &Value, facts: &mut AnswerFacts) {
+        Anthropic.answer_facts(answer, facts)
+    }
+
+    fn fact_markers(&self) -> &'static [&'static str] {
+        Anthropic.fact_markers()
     }
 
     fn served_forms(&self) -> Option<&'static dyn ServedForms> {

@@ -19,7 +19,7 @@
 //! ([`super::content`]), a word of any message. None of this is made when
 //! spans are not exported.
 
-use crate::protocol::{TelemetryNames, Usage};
+use crate::protocol::{Adapter, AnswerFacts, TelemetryNames, Usage};
 use opentelemetry::trace::{Status, TraceContextExt};
 use serde_json::Value;
 use std::time::Duration;
@@ -212,59 +212,45 @@ pub fn overflowed(span: &Span, status: http::StatusCode, signature: &str) {
 }
 
 /// What a call's answer says, read as it passes and recorded on its span
-/// when the answer ends (or is dropped).
-#[derive(Debug)]
+/// when the answer ends (or is dropped). The adapter reads the answer's
+/// facts; this records them.
 pub struct Answer {
     span: Span,
-    model: Option<String>,
-    id: Option<String>,
-    finish_reasons: Vec<String>,
-    cache_read: Option<u64>,
-    cache_creation: Option<u64>,
+    adapter: &'static dyn Adapter,
+    facts: AnswerFacts,
     output: Option<String>,
+}
+
+impl std::fmt::Debug for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Answer")
+            .field("facts", &self.facts)
+            .finish()
+    }
 }
 
 impl Answer {
     /// `None` for a span that is not exported or not sampled: nothing to
     /// read for.
-    pub fn new(span: &Span) -> Option<Self> {
+    pub fn new(span: &Span, adapter: &'static dyn Adapter) -> Option<Self> {
         recording(span).then(|| Self {
             span: span.clone(),
-            model: None,
-            id: None,
-            finish_reasons: Vec::new(),
-            cache_read: None,
-            cache_creation: None,
+            adapter,
+            facts: AnswerFacts::default(),
             output: None,
         })
     }
 
     /// Whether an event that carries no usage may carry what the span
     /// reports (a finish reason, the model), so is worth parsing.
-    pub fn wants(data: &str) -> bool {
-        [
-            "finish_reason",
-            "stop_reason",
-            "\"status\"",
-            "done_reason",
-            "finishReason",
-            "\"model\"",
-        ]
-        .iter()
-        .any(|key| data.contains(key))
+    pub fn wants(&self, data: &str) -> bool {
+        let markers = self.adapter.fact_markers();
+        markers.iter().any(|marker| data.contains(marker))
     }
 
-    /// Reads one JSON answer or event of any API Condenser speaks.
+    /// Reads one JSON answer or event.
     pub fn observe(&mut self, value: &Value) {
-        for object in [Some(value), value.get("message"), value.get("response")]
-            .into_iter()
-            .flatten()
-        {
-            self.observe_object(object);
-        }
-        if let Some(reason) = value.pointer("/delta/stop_reason").and_then(Value::as_str) {
-            self.finish_reason(reason);
-        }
+        self.adapter.answer_facts(value, &mut self.facts);
     }
 
     /// Reads a whole (not streamed) answer, its content too when captured.
@@ -275,90 +261,29 @@ impl Answer {
         }
     }
 
-    fn observe_object(&mut self, object: &Value) {
-        let text = |key: &str| object.get(key).and_then(Value::as_str).map(str::to_string);
-        if self.model.is_none() {
-            self.model = text("model").or_else(|| text("modelVersion"));
-        }
-        if self.id.is_none() {
-            self.id = text("id").or_else(|| text("responseId"));
-        }
-        for reason in ["stop_reason", "done_reason"] {
-            if let Some(reason) = object.get(reason).and_then(Value::as_str) {
-                self.finish_reason(reason);
-            }
-        }
-        if object.get("object").and_then(Value::as_str) == Some("response") {
-            if let Some(status) = object.get("status").and_then(Value::as_str) {
-                let reason = object
-                    .pointer("/incomplete_details/reason")
-                    .and_then(Value::as_str);
-                self.finish_reason(reason.unwrap_or(status));
-            }
-        }
-        for list in ["choices", "candidates"] {
-            for choice in object
-                .get(list)
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let reason = choice
-                    .get("finish_reason")
-                    .or_else(|| choice.get("finishReason"));
-                if let Some(reason) = reason.and_then(Value::as_str) {
-                    self.finish_reason(reason);
-                }
-            }
-        }
-        if let Some(usage) = object.get("usage").filter(|u| u.is_object()) {
-            self.observe_usage(usage);
-        }
-    }
-
-    fn observe_usage(&mut self, usage: &Value) {
-        let read = [
-            "/cache_read_input_tokens",
-            "/prompt_tokens_details/cached_tokens",
-            "/input_tokens_details/cached_tokens",
-        ]
-        .iter()
-        .find_map(|pointer| usage.pointer(pointer)?.as_u64());
-        let creation = usage
-            .get("cache_creation_input_tokens")
-            .and_then(Value::as_u64);
-        self.cache_read = self.cache_read.max(read);
-        self.cache_creation = self.cache_creation.max(creation);
-    }
-
-    fn finish_reason(&mut self, reason: &str) {
-        if !self.finish_reasons.iter().any(|known| known == reason) {
-            self.finish_reasons.push(reason.to_string());
-        }
-    }
-
     /// Records what was read, with the usage Condenser read from the same
     /// answer (input tokens count cached ones, as the conventions ask).
     pub fn finish(self, usage: Option<&Usage>) {
         let span = &self.span;
-        if let Some(model) = &self.model {
+        let facts = &self.facts;
+        if let Some(model) = &facts.model {
             span.record("gen_ai.response.model", model.as_str());
         }
-        if let Some(id) = &self.id {
+        if let Some(id) = &facts.id {
             span.record("gen_ai.response.id", id.as_str());
         }
         if let Some(usage) = usage {
             span.record("gen_ai.usage.input_tokens", usage.input_tokens);
             span.record("gen_ai.usage.output_tokens", usage.output_tokens);
         }
-        if let Some(read) = self.cache_read {
+        if let Some(read) = facts.cache_read {
             span.record("gen_ai.usage.cache_read.input_tokens", read);
         }
-        if let Some(creation) = self.cache_creation {
+        if let Some(creation) = facts.cache_creation {
             span.record("gen_ai.usage.cache_creation.input_tokens", creation);
         }
-        if !self.finish_reasons.is_empty() {
-            let reasons: Vec<opentelemetry::StringValue> = self
+        if !facts.finish_reasons.is_empty() {
+            let reasons: Vec<opentelemetry::StringValue> = facts
                 .finish_reasons
                 .iter()
                 .map(|r| r.clone().into())
@@ -501,39 +426,42 @@ mod tests {
         assert_eq!(provider(names(gemini::PROTOCOL), None), "gcp.gemini");
     }
 
-    fn read(events: &[Value]) -> Answer {
+    fn read(adapter: &'static dyn Adapter, events: &[Value]) -> AnswerFacts {
         let mut answer = Answer {
             span: Span::none(),
-            model: None,
-            id: None,
-            finish_reasons: Vec::new(),
-            cache_read: None,
-            cache_creation: None,
+            adapter,
+            facts: AnswerFacts::default(),
             output: None,
         };
         for event in events {
             answer.observe(event);
         }
-        answer
+        answer.facts
     }
 
     #[test]
     fn every_api_gives_model_id_reasons_and_cache_counts() {
-        let openai = read(&[
-            json!({"id": "c1", "model": "gpt-4o", "choices": [{"delta": {"content": "x"}, "finish_reason": null}]}),
-            json!({"id": "c1", "model": "gpt-4o", "choices": [{"delta": {}, "finish_reason": "stop"}]}),
-            json!({"id": "c1", "model": "gpt-4o", "choices": [], "usage": {"prompt_tokens": 9, "prompt_tokens_details": {"cached_tokens": 4}}}),
-        ]);
+        let openai = read(
+            &openai::OpenAi,
+            &[
+                json!({"id": "c1", "model": "gpt-4o", "choices": [{"delta": {"content": "x"}, "finish_reason": null}]}),
+                json!({"id": "c1", "model": "gpt-4o", "choices": [{"delta": {}, "finish_reason": "stop"}]}),
+                json!({"id": "c1", "model": "gpt-4o", "choices": [], "usage": {"prompt_tokens": 9, "prompt_tokens_details": {"cached_tokens": 4}}}),
+            ],
+        );
         assert_eq!(
             (openai.model.as_deref(), openai.id.as_deref()),
             (Some("gpt-4o"), Some("c1"))
         );
         assert_eq!(openai.finish_reasons, ["stop"]);
         assert_eq!(openai.cache_read, Some(4));
-        let anthropic = read(&[
-            json!({"type": "message_start", "message": {"id": "msg_1", "model": "claude", "usage": {"input_tokens": 3, "cache_read_input_tokens": 5, "cache_creation_input_tokens": 7}}}),
-            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}}),
-        ]);
+        let anthropic = read(
+            &anthropic::Anthropic,
+            &[
+                json!({"type": "message_start", "message": {"id": "msg_1", "model": "claude", "usage": {"input_tokens": 3, "cache_read_input_tokens": 5, "cache_creation_input_tokens": 7}}}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}}),
+            ],
+        );
         assert_eq!(anthropic.model.as_deref(), Some("claude"));
         assert_eq!(anthropic.id.as_deref(), Some("msg_1"));
         assert_eq!(anthropic.finish_reasons, ["end_turn"]);
@@ -541,10 +469,33 @@ mod tests {
             (anthropic.cache_read, anthropic.cache_creation),
             (Some(5), Some(7))
         );
-        let responses = read(&[
-            json!({"type": "response.completed", "response": {"object": "response", "id": "resp_1", "model": "gpt-5", "status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}}}),
-        ]);
+        let responses = read(
+            &crate::protocol::responses::Responses,
+            &[
+                json!({"type": "response.completed", "response": {"object": "response", "id": "resp_1", "model": "gpt-5", "status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}}}),
+            ],
+        );
         assert_eq!(responses.finish_reasons, ["max_output_tokens"]);
         assert_eq!(responses.id.as_deref(), Some("resp_1"));
+        let gemini = read(
+            &gemini::Gemini,
+            &[
+                json!({"candidates": [{"content": {"parts": [{"text": "x"}]}}], "modelVersion": "gemini-3-flash", "responseId": "r1"}),
+                json!({"candidates": [{"finishReason": "STOP"}], "usageMetadata": {"cachedContentTokenCount": 6}}),
+            ],
+        );
+        assert_eq!(gemini.model.as_deref(), Some("gemini-3-flash"));
+        assert_eq!(gemini.id.as_deref(), Some("r1"));
+        assert_eq!(gemini.finish_reasons, ["STOP"]);
+        assert_eq!(gemini.cache_read, Some(6));
+        let ollama = read(
+            &crate::protocol::ollama::Ollama,
+            &[
+                json!({"model": "qwen3", "message": {"content": "x"}, "done": false}),
+                json!({"model": "qwen3", "done": true, "done_reason": "length"}),
+            ],
+        );
+        assert_eq!(ollama.model.as_deref(), Some("qwen3"));
+        assert_eq!(ollama.finish_reasons, ["length"]);
     }
 }

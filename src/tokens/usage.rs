@@ -296,7 +296,7 @@ impl Events {
             // Only the few events that carry usage are parsed, and those
             // that carry what an exported span reports.
             let usage = event.data.contains("usage");
-            let for_span = answer.is_some() && Answer::wants(&event.data);
+            let for_span = answer.as_ref().is_some_and(|a| a.wants(&event.data));
             if !usage && !for_span {
                 continue;
             }
@@ -356,7 +356,7 @@ fn read_frames(
     decoder.feed(bytes, &mut events);
     for event in events {
         let usage = event.contains("usage");
-        if !usage && !answer.as_ref().is_some_and(|_| Answer::wants(&event)) {
+        if !usage && !answer.as_ref().is_some_and(|a| a.wants(&event)) {
             continue;
         }
         let Ok(value) = serde_json::from_str::<Value>(&event) else {

@@ -389,7 +389,7 @@ impl Exchange {
             sent_bytes: sent.len(),
             text_only: self.incoming.text_only(sent),
             requested_output: adapter.max_output_tokens(request).unwrap_or(0),
-            answer: genai::Answer::new(span),
+            answer: genai::Answer::new(span, *adapter),
         };
         let idle = self.state.upstream.idle_timeout();
         let (response, usage) = respond::relayed(inspected, idle, Some(tap)).await;

@@ -18,7 +18,8 @@ mod units;
 use super::request::serialize_replacing;
 use super::summary_text;
 use super::{
-    copy_routing, models, Adapter, ChatRequest, Outline, SummaryCall, ToolLinks, Trimmed, Usage,
+    copy_routing, models, Adapter, AnswerFacts, ChatRequest, Outline, SummaryCall, ToolLinks,
+    Trimmed, Usage,
 };
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -205,6 +206,28 @@ impl Adapter for Responses {
     /// response, usage included.
     fn stream_usage(&self, event: &Value) -> Option<Usage> {
         self.usage(event.get("response")?.get("usage")?)
+    }
+
+    /// The response object, whole or inside an event
+    /// (`response.completed`); an incomplete one stopped for its reason.
+    fn answer_facts(&self, answer: &Value, facts: &mut AnswerFacts) {
+        let is_response = |v: &&Value| v.get("object").and_then(Value::as_str) == Some("response");
+        let Some(response) = [Some(answer), answer.get("response")]
+            .into_iter()
+            .flatten()
+            .find(is_response)
+        else {
+            return;
+        };
+        facts.named(response.get("model"), response.get("id"));
+        let incomplete = response.pointer("/incomplete_details/reason");
+        facts.finished(incomplete.or_else(|| response.get("status")));
+        let cached = response.pointer("/usage/input_tokens_details/cached_tokens");
+        facts.cached(cached, None);
+    }
+
+    fn fact_markers(&self) -> &'static [&'static str] {
+        &["\"status\"", "\"model\""]
     }
 
     fn native(&self) -> Option<&dyn super::native::NativeForms> {
