@@ -5,6 +5,7 @@ mod admin;
 mod anthropic;
 mod anthropic_native;
 mod browser;
+mod claude_code;
 mod cloud_claude;
 mod codex;
 
