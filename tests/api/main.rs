@@ -24,6 +24,7 @@ mod lifecycle;
 mod local_servers;
 mod loops;
 mod native_responses;
+mod opencode;
 mod overload;
 mod persistence;
 mod process;
