@@ -2,6 +2,7 @@
 //! stage of the request, as in ARCHITECTURE.md.
 
 mod admin;
+mod aider;
 mod anthropic;
 mod anthropic_native;
 mod browser;
