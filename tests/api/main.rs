@@ -21,6 +21,7 @@ mod gemini;
 mod gemini_cli;
 mod helpers;
 mod hostile;
+mod kilo_code;
 mod lifecycle;
 mod local_servers;
 mod loops;
