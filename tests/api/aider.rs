@@ -24,7 +24,7 @@ const FACT: &str = "FACT-aider_port_8443";
 /// Every answer edits a file, in aider's whole-file format: aider moves a
 /// turn into the history it summarizes only once it has applied an edit.
 const REPLY: &str = "I have read the log and noted it in notes.txt.\n\nnotes.txt\n```\n# Notes\n\nThe log was read.\n```\n";
-/// What aider's own summary requests start with (`aider/prompts.py`).
+/// What aider's own summary requests start with (its `aider/prompts.py`).
 const AIDER_SUMMARY: &str = "*Briefly* summarize this partial conversation";
 
 fn aider() -> String {
