@@ -60,9 +60,8 @@ struct KiloServer {
 
 impl KiloServer {
     /// Starts it under `home`, in `workdir`, and waits for the address it
-    /// prints. Its model list fetch, telemetry, update check, LSP
-    /// downloads and codebase indexing are off, so the proxy is the only
-    /// host it calls.
+    /// prints. Its model list fetch, telemetry, update check and LSP
+    /// downloads are off, so the proxy is the only host it calls.
     async fn start(home: &Path, workdir: &Path) -> KiloServer {
         let mut child = tokio::process::Command::new(kilo())
             .args(["serve", "--port", "0"])
@@ -72,7 +71,6 @@ impl KiloServer {
             .env("KILO_DISABLE_MODELS_FETCH", "1")
             .env("KILO_DISABLE_AUTOUPDATE", "1")
             .env("KILO_DISABLE_LSP_DOWNLOAD", "1")
-            .env("KILO_DISABLE_CODEBASE_INDEXING", "1")
             .env("KILO_TELEMETRY_LEVEL", "off")
             .env_remove("XDG_CONFIG_HOME")
             .env_remove("XDG_DATA_HOME")
