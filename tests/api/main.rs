@@ -2,9 +2,11 @@
 //! stage of the request, as in ARCHITECTURE.md.
 
 mod admin;
+mod aider;
 mod anthropic;
 mod anthropic_native;
 mod browser;
+mod claude_code;
 mod cloud_claude;
 mod codex;
 
@@ -19,10 +21,12 @@ mod gemini;
 mod gemini_cli;
 mod helpers;
 mod hostile;
+mod kilo_code;
 mod lifecycle;
 mod local_servers;
 mod loops;
 mod native_responses;
+mod opencode;
 mod overload;
 mod persistence;
 mod process;
