@@ -190,6 +190,13 @@ pub trait Adapter: Send + Sync {
     /// message_delta / response.completed).
     fn stream_usage(&self, event: &Value) -> Option<Usage>;
 
+    /// Byte strings one of whose presence shows a stream event or line may
+    /// carry token counts: `usage`, the key every API but Ollama names
+    /// them by; events without any are not parsed for them.
+    fn usage_markers(&self) -> &'static [&'static str] {
+        &["usage"]
+    }
+
     /// Adds to `facts` what a whole answer, or one event of a streamed
     /// one, says of itself: the model, the id, why it stopped, what the
     /// prompt cache served.

@@ -192,6 +192,11 @@ impl Adapter for Ollama {
     fn fact_markers(&self) -> &'static [&'static str] {
         &["done_reason", "\"model\""]
     }
+
+    /// The last line of a stream counts at the top level.
+    fn usage_markers(&self) -> &'static [&'static str] {
+        &["eval_count"]
+    }
 }
 
 impl Provider for Ollama {

@@ -295,7 +295,7 @@ impl Events {
         while let Some(Some(Ok(event))) = self.events.next().now_or_never() {
             // Only the few events that carry usage are parsed, and those
             // that carry what an exported span reports.
-            let usage = event.data.contains("usage");
+            let usage = carries(self.adapter.usage_markers(), event.data.as_bytes());
             let for_span = answer.as_ref().is_some_and(|a| a.wants(&event.data));
             if !usage && !for_span {
                 continue;
@@ -316,6 +316,12 @@ impl Events {
     }
 }
 
+/// Whether `text` holds one of an adapter's markers.
+fn carries(markers: &[&str], text: &[u8]) -> bool {
+    let found = |marker: &&str| memchr::memmem::find(text, marker.as_bytes()).is_some();
+    markers.iter().any(found)
+}
+
 /// Reads the complete lines of `pending`; only lines that carry counts
 /// are parsed (the last line of a stream, which an exported span reads
 /// too).
@@ -327,7 +333,7 @@ fn read_lines(
 ) {
     while let Some(end) = pending.iter().position(|&b| b == b'\n') {
         let line = pending.split_to(end + 1);
-        if memchr::memmem::find(&line, b"eval_count").is_none() {
+        if !carries(adapter.usage_markers(), &line) {
             continue;
         }
         let value: Option<Value> = serde_json::from_slice(&line).ok();
@@ -355,7 +361,7 @@ fn read_frames(
     let mut events = Vec::new();
     decoder.feed(bytes, &mut events);
     for event in events {
-        let usage = event.contains("usage");
+        let usage = carries(adapter.usage_markers(), event.as_bytes());
         if !usage && !answer.as_ref().is_some_and(|a| a.wants(&event)) {
             continue;
         }
