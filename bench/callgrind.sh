@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Instructions per request, from callgrind: repeatable on a shared, busy
-# machine where wall-clock timings are not (see "Instruction counts" in
-# bench/README.md).
+# machine where wall-clock timings are not (see "Instructions per request"
+# in bench/README.md).
 #
 #   bench/callgrind.sh [BINARY] [WORKLOAD] [REQUESTS]
 #

@@ -13,20 +13,21 @@
 # latency of each build over direct and the ratios baseline : this build
 # against the acceptance bounds of issue 43 (added p50 within +20 µs, added
 # p99 within 1.2x, maximum rate at least 95 %, history added p50 within
-# 1.1x). Not in CI; timings are only as steady as the machine (see "Current
-# figures" in bench/README.md).
+# 1.1x). Not in CI; timings are only as steady as the machine (see "Regression
+# guard" in bench/README.md).
 #
 # On the 2-core machine one 8 s row per target missed about 4 of the 16
 # bounds with a build compared with itself ("Whole-program optimization"
-# there). So each fixed-rate row runs REPEATS times in a round, in turning
-# order, every repeat measured against direct's row of the same repeat, and
-# the summary takes the median over the repeats; the maximum search runs
-# twice per target in turn (MAX_REPEATS), the best of the two counting,
-# and a step that achieved its rate but missed its p99 runs once more
-# (MAX_CONFIRM) before it counts. With these the build against itself
-# missed 2 of 16 (SQLite's history p50 in one round, its small-body p99
-# in the other), and 1315429 against this build none ("A guard that can resolve its
-# bounds" there). About 40 minutes on the 2-core machine.
+# in bench/HISTORY.md). So each fixed-rate row runs REPEATS times in a
+# round, in turning order, every repeat measured against direct's row of
+# the same repeat, and the summary takes the median over the repeats; the
+# maximum search runs twice per target in turn (MAX_REPEATS), the best of
+# the two counting, and a step that achieved its rate but missed its p99
+# runs once more (MAX_CONFIRM) before it counts. With these the build
+# against itself missed 2 of 16 (SQLite's history p50 in one round, its
+# small-body p99 in the other), and 1315429 against this build none ("A
+# guard that can resolve its bounds" in bench/HISTORY.md). About 40
+# minutes on the 2-core machine.
 #
 # Settings (environment): ROUNDS (2), REPEATS (3), DURATION (8 s per fixed
 # row), MAX_DURATION (4 s per search step), MAX_SEARCH (1; 0 skips the

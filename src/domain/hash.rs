@@ -14,7 +14,7 @@ pub const SHORT_ID_CHARS: usize = 12;
 /// The lowercase hex form of a 32-byte digest, on the stack. Every request
 /// writes a few (its tenant, its rows' hashes), and `hex::encode` builds
 /// its `String` a `char` at a time: 9 % of a small request's instructions
-/// under callgrind (bench/README.md, "Instruction counts").
+/// under callgrind (bench/HISTORY.md, issue 43, "Work that was never new").
 pub struct Hex32([u8; 64]);
 
 impl Hex32 {

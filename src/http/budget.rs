@@ -83,9 +83,9 @@ impl BodyBudget {
     /// A lease of the most a body can weigh ([`super::weight::most`]) while
     /// that keeps the budget within its first eighth, so the body need not
     /// be weighed as it arrives: the scan would cost a quiet instance a
-    /// third of what its 800 KB histories add (bench/README.md, "Work that
-    /// was never new"). Past that eighth, bodies are weighed and none is
-    /// over-counted.
+    /// third of what its 800 KB histories add (bench/HISTORY.md, issue 43,
+    /// "Work that was never new"). Past that eighth, bodies are weighed and
+    /// none is over-counted.
     pub fn lease_unweighed(self: &Arc<Self>, most: usize) -> Option<Lease> {
         let quiet = self.used.load(Ordering::Acquire).saturating_add(most);
         (quiet <= self.limit / SMALL_SHARE)
