@@ -5,8 +5,8 @@
 use super::request::serialize_replacing;
 use super::summary_text;
 use super::{
-    elide_middle, with_text_content, Adapter, AnswerFacts, ChatRequest, Endpoint, ErrorClass,
-    ErrorInfo, Outline, Protocol, Provider, Root, ServedForms, SummaryCall, SystemPart,
+    elide_middle, with_text_content, Adapter, AnswerFacts, AnswerMessage, ChatRequest, Endpoint,
+    ErrorClass, ErrorInfo, Outline, Protocol, Provider, Root, ServedForms, SummaryCall, SystemPart,
     TelemetryNames, ToolLinks, Trimmed, Usage, WindowProbe,
 };
 use crate::protocol::canonical::canonical_json;
@@ -174,6 +174,11 @@ impl Adapter for Anthropic {
 
     fn fact_markers(&self) -> &'static [&'static str] {
         &["stop_reason", "\"model\"", "cache_read_input_tokens"]
+    }
+
+    /// The answer is the message.
+    fn answer_messages<'v>(&self, answer: &'v Value) -> Vec<AnswerMessage<'v>> {
+        vec![AnswerMessage::new(answer, answer.get("stop_reason"))]
     }
 
     /// Context editing and compaction (`anthropic_native.rs`).

@@ -17,9 +17,9 @@
 use super::anthropic::Anthropic;
 use super::framing::{FrameDecoder, Frames};
 use super::{
-    Adapter, AnswerFacts, ChatRequest, Endpoint, ErrorInfo, Outline, OutputField, Protocol,
-    Provider, Root, Signer, SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage,
-    WindowProbe,
+    Adapter, AnswerFacts, AnswerMessage, ChatRequest, Endpoint, ErrorInfo, Outline, OutputField,
+    Protocol, Provider, Root, Signer, SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed,
+    Usage, WindowProbe,
 };
 use aws_smithy_eventstream::frame::{write_message_to, DecodedFrame, MessageFrameDecoder};
 use aws_smithy_types::event_stream::{Header, HeaderValue, Message};
@@ -38,6 +38,10 @@ pub const PROTOCOL: Protocol = Protocol::of(&Bedrock);
 
 /// The `anthropic_version` Bedrock takes, for the summary calls.
 const VERSION: &str = "bedrock-2023-05-31";
+
+/// The most bytes of one frame read before its end: Bedrock's events
+/// are kilobytes.
+const MAX_FRAME: usize = 16 << 20;
 
 /// The content type of an event stream.
 pub const EVENT_STREAM: &str = "application/vnd.amazon.eventstream";
@@ -205,6 +209,10 @@ impl Adapter for Bedrock {
     fn fact_markers(&self) -> &'static [&'static str] {
         Anthropic.fact_markers()
     }
+
+    fn answer_messages<'v>(&self, answer: &'v Value) -> Vec<AnswerMessage<'v>> {
+        Anthropic.answer_messages(answer)
+    }
 }
 
 /// One `chunk` event carrying `event`, a Messages stream event's JSON.
@@ -274,6 +282,13 @@ impl FrameDecoder for EventDecoder {
             return;
         }
         self.pending.extend_from_slice(bytes);
+        // The frame's length is the upstream's word: a frame that would
+        // hold more than any event does is a broken stream, not a buffer.
+        if self.pending.len() > MAX_FRAME {
+            self.broken = true;
+            self.pending = BytesMut::new();
+            return;
+        }
         loop {
             match self.frames.decode_frame(&mut self.pending) {
                 Ok(DecodedFrame::Complete(message)) => events.extend(event_of(&message)),
@@ -356,9 +371,12 @@ impl Provider for Bedrock {
         })
     }
 
-    /// The runtime API's paths, which no other API at the root uses.
+    /// The runtime API's paths, and the inference-profile lookups Claude
+    /// Code sends a Bedrock gateway at start (`GET /inference-profiles…`):
+    /// no other API at the root uses them, and a Bedrock credential must
+    /// never reach another provider's upstream.
     fn claims(&self, path: &str, _headers: &HeaderMap) -> bool {
-        path.starts_with("/model/")
+        path.starts_with("/model/") || path.starts_with("/inference-profiles")
     }
 
     /// Bedrock's own shape (botocore reads `message`); the type travels

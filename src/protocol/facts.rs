@@ -50,3 +50,20 @@ impl AnswerFacts {
         self.cache_creation = self.cache_creation.max(count(creation));
     }
 }
+
+/// One message of a whole answer, in its API's own shape, and why it
+/// ended: what content capture records of an answer.
+#[derive(Debug, Clone, Copy)]
+pub struct AnswerMessage<'v> {
+    pub message: &'v Value,
+    pub finish_reason: Option<&'v Value>,
+}
+
+impl<'v> AnswerMessage<'v> {
+    pub fn new(message: &'v Value, finish_reason: Option<&'v Value>) -> Self {
+        Self {
+            message,
+            finish_reason,
+        }
+    }
+}

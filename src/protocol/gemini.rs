@@ -15,8 +15,8 @@
 use super::request::serialize_replacing;
 use super::summary_text;
 use super::{
-    elide_middle, Adapter, AnswerFacts, ChatRequest, Endpoint, ErrorInfo, Outline, Protocol,
-    Provider, Root, SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage,
+    elide_middle, Adapter, AnswerFacts, AnswerMessage, ChatRequest, Endpoint, ErrorInfo, Outline,
+    Protocol, Provider, Root, SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage,
     WindowProbe,
 };
 use crate::protocol::canonical::canonical_json;
@@ -277,6 +277,15 @@ impl Adapter for Gemini {
             "modelVersion",
             "model_version",
         ]
+    }
+
+    fn answer_messages<'v>(&self, answer: &'v Value) -> Vec<AnswerMessage<'v>> {
+        let candidates = answer.get("candidates").and_then(Value::as_array);
+        let message = |candidate: &'v Value| {
+            let content = candidate.get("content").unwrap_or(&Value::Null);
+            AnswerMessage::new(content, field(candidate, "finishReason", "finish_reason"))
+        };
+        candidates.into_iter().flatten().map(message).collect()
     }
 }
 

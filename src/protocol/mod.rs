@@ -28,7 +28,7 @@ use serde_json::Value;
 
 pub use crate::domain::Usage;
 use bytes::Bytes;
-pub use facts::AnswerFacts;
+pub use facts::{AnswerFacts, AnswerMessage};
 pub use models::OutputField;
 pub use provider::{
     bearer_or_key, Endpoint, ErrorClass, ErrorInfo, Protocol, Provider, Root, Signer, SigningError,
@@ -205,6 +205,9 @@ pub trait Adapter: Send + Sync {
     /// Byte strings one of whose presence shows a stream event may carry
     /// an answer fact: events without any are not parsed for them.
     fn fact_markers(&self) -> &'static [&'static str];
+
+    /// The messages of a whole answer, for content capture.
+    fn answer_messages<'v>(&self, answer: &'v Value) -> Vec<AnswerMessage<'v>>;
 
     /// Whether a 200 stream's event (its `data`) is one the API sends
     /// before any output, after which it may still fail with an overflow

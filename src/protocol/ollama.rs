@@ -18,8 +18,9 @@ use super::head::role_of;
 use super::request::serialize_replacing;
 use super::{summary_text, text_of};
 use super::{
-    Adapter, AnswerFacts, ChatRequest, Endpoint, ErrorInfo, Outline, Protocol, Provider, Root,
-    SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage, WindowProbe,
+    Adapter, AnswerFacts, AnswerMessage, ChatRequest, Endpoint, ErrorInfo, Outline, Protocol,
+    Provider, Root, SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage,
+    WindowProbe,
 };
 use crate::protocol::canonical::canonical_json;
 use bytes::Bytes;
@@ -191,6 +192,13 @@ impl Adapter for Ollama {
 
     fn fact_markers(&self) -> &'static [&'static str] {
         &["done_reason", "\"model\""]
+    }
+
+    fn answer_messages<'v>(&self, answer: &'v Value) -> Vec<AnswerMessage<'v>> {
+        let message = answer
+            .get("message")
+            .map(|m| AnswerMessage::new(m, answer.get("done_reason")));
+        message.into_iter().collect()
     }
 
     /// The last line of a stream counts at the top level.

@@ -6,8 +6,8 @@ use super::head::role_of;
 use super::request::serialize_replacing;
 use super::{
     copy_routing, elide_middle, models, summary_text, text_of, with_text_content, Adapter,
-    AnswerFacts, ChatRequest, Endpoint, ErrorClass, ErrorInfo, Outline, OutputField, Protocol,
-    Provider, Root, SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage,
+    AnswerFacts, AnswerMessage, ChatRequest, Endpoint, ErrorClass, ErrorInfo, Outline, OutputField,
+    Protocol, Provider, Root, SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage,
     WindowProbe,
 };
 use crate::protocol::canonical::canonical_json;
@@ -233,6 +233,15 @@ impl Adapter for OpenAi {
 
     fn fact_markers(&self) -> &'static [&'static str] {
         &["finish_reason", "\"model\""]
+    }
+
+    fn answer_messages<'v>(&self, answer: &'v Value) -> Vec<AnswerMessage<'v>> {
+        let choices = answer.get("choices").and_then(Value::as_array);
+        let message = |choice: &'v Value| {
+            let message = choice.get("message").unwrap_or(&Value::Null);
+            AnswerMessage::new(message, choice.get("finish_reason"))
+        };
+        choices.into_iter().flatten().map(message).collect()
     }
 }
 

@@ -14,9 +14,9 @@
 
 use super::anthropic::Anthropic;
 use super::{
-    Adapter, AnswerFacts, ChatRequest, Endpoint, ErrorInfo, Outline, OutputField, Protocol,
-    Provider, Root, ServedForms, Signer, SummaryCall, SystemPart, TelemetryNames, ToolLinks,
-    Trimmed, Usage, WindowProbe,
+    Adapter, AnswerFacts, AnswerMessage, ChatRequest, Endpoint, ErrorInfo, Outline, OutputField,
+    Protocol, Provider, Root, ServedForms, Signer, SummaryCall, SystemPart, TelemetryNames,
+    ToolLinks, Trimmed, Usage, WindowProbe,
 };
 use bytes::Bytes;
 use http::{HeaderMap, Method};
@@ -151,6 +151,10 @@ impl Adapter for Vertex {
 
     fn fact_markers(&self) -> &'static [&'static str] {
         Anthropic.fact_markers()
+    }
+
+    fn answer_messages<'v>(&self, answer: &'v Value) -> Vec<AnswerMessage<'v>> {
+        Anthropic.answer_messages(answer)
     }
 
     fn served_forms(&self) -> Option<&'static dyn ServedForms> {

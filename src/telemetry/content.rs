@@ -5,10 +5,12 @@
 //! `gen_ai.system_instructions` and `gen_ai.output.messages`, as JSON
 //! strings in their schema (`{"role", "parts": [{"type", …}]}`), read from
 //! the bodies of any of the APIs Condenser speaks: Chat Completions,
-//! Messages, Responses, Ollama and Gemini. Text, tool calls and tool
-//! results are kept; images, audio and files are named by their type, not
+//! Messages, Responses, Ollama and Gemini; an answer's messages are the
+//! ones its adapter finds (`Adapter::answer_messages`). Text, tool calls
+//! and tool results are kept; images, audio and files are named by their type, not
 //! copied. Nothing here runs unless content capture is on.
 
+use crate::protocol::Adapter;
 use serde_json::{json, Map, Value};
 
 /// The request's messages and system instructions, in the conventions'
@@ -37,34 +39,20 @@ pub fn input(body: &[u8]) -> (Option<String>, Option<String>) {
 }
 
 /// The answer's messages, in the conventions' shape, from a whole JSON
-/// answer.
-pub fn output(answer: &Value) -> Option<String> {
-    let messages: Vec<Value> = if let Some(choices) =
-        answer.get("choices").and_then(Value::as_array)
-    {
-        choices
-            .iter()
-            .map(|choice| {
-                let mut out = input_message(choice.get("message").unwrap_or(&Value::Null));
-                out["finish_reason"] = choice.get("finish_reason").cloned().unwrap_or(Value::Null);
-                out
-            })
-            .collect()
-    } else if let Some(output) = answer.get("output").and_then(Value::as_array) {
-        output.iter().map(input_message).collect()
-    } else if let Some(candidates) = answer.get("candidates").and_then(Value::as_array) {
-        candidates
-            .iter()
-            .map(|c| input_message(c.get("content").unwrap_or(&Value::Null)))
-            .collect()
-    } else if let Some(content) = answer.get("content") {
-        let mut out = message("assistant", parts(content));
-        out["finish_reason"] = answer.get("stop_reason").cloned().unwrap_or(Value::Null);
-        vec![out]
-    } else {
-        vec![input_message(answer.get("message")?)]
-    };
-    Some(Value::Array(messages).to_string())
+/// answer, as its adapter finds them.
+pub fn output(adapter: &dyn Adapter, answer: &Value) -> Option<String> {
+    let messages: Vec<Value> = adapter
+        .answer_messages(answer)
+        .into_iter()
+        .map(|answered| {
+            let mut out = input_message(answered.message);
+            if let Some(reason) = answered.finish_reason {
+                out["finish_reason"] = reason.clone(); // semconv: the conventions' own field
+            }
+            out
+        })
+        .collect();
+    (!messages.is_empty()).then(|| Value::Array(messages).to_string())
 }
 
 fn message(role: &str, parts: Vec<Value>) -> Value {
@@ -208,7 +196,9 @@ mod tests {
             json!({"type": "tool_call_response", "id": "c1", "response": "file"})
         );
         let answer = json!({"choices": [{"message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]});
-        let out: Value = serde_json::from_str(&output(&answer).expect("output")).expect("json");
+        let adapter = &crate::protocol::openai::OpenAi;
+        let out: Value =
+            serde_json::from_str(&output(adapter, &answer).expect("output")).expect("json");
         assert_eq!(
             out,
             json!([{"role": "assistant", "parts": [{"type": "text", "content": "ok"}], "finish_reason": "stop"}])
@@ -228,9 +218,11 @@ mod tests {
         assert_eq!(system, json!([{"type": "text", "content": "Be brief."}]));
         assert_eq!(messages[1]["parts"][0]["arguments"], json!({"p": 1}));
         assert_eq!(messages[2]["parts"][0]["type"], "tool_call_response");
-        let answer =
-            json!({"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"});
-        let out: Value = serde_json::from_str(&output(&answer).expect("output")).expect("json");
+        let answer = json!({"type": "message", "role": "assistant",
+            "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"});
+        let adapter = &crate::protocol::anthropic::Anthropic;
+        let out: Value =
+            serde_json::from_str(&output(adapter, &answer).expect("output")).expect("json");
         assert_eq!(out[0]["finish_reason"], "end_turn");
         assert_eq!(out[0]["parts"][0]["content"], "ok");
     }

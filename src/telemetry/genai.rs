@@ -257,7 +257,7 @@ impl Answer {
     pub fn observe_whole(&mut self, value: &Value) {
         self.observe(value);
         if super::capturing_content() {
-            self.output = super::content::output(value);
+            self.output = super::content::output(self.adapter, value);
         }
     }
 

@@ -97,6 +97,27 @@ async fn the_vertex_sdk_is_rescued_from_an_overflow() {
     }
 }
 
+#[tokio::test]
+async fn vertex_events_reach_the_client_as_vertex_sent_them() {
+    let app = spawn_app_with(Options::default()).await;
+    let path = format!("/v1/projects/p/locations/us-east5/publishers/anthropic/models/{VERTEX_MODEL}:streamRawPredict");
+    let body = json!({"anthropic_version": "vertex-2023-10-16", "max_tokens": 50, "stream": true,
+        "messages": [{"role": "user", "content": "hi"}]});
+    let answer = app
+        .client
+        .post(app.url(&path))
+        .bearer_auth(VERTEX_TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(answer.status(), 200);
+    let text = answer.text().await.expect("body");
+    let vertex = text.find("event: vertex_event\ndata: {\"type\":\"vertex_event\"");
+    let stop = text.find("event: message_stop");
+    assert!(vertex.is_some() && vertex < stop, "{text}");
+}
+
 /// A Messages body as Bedrock takes it, of about `notes` × 200 tokens.
 fn bedrock_body(notes: usize) -> Vec<u8> {
     let mut messages = Vec::new();
@@ -330,17 +351,20 @@ mod claude_code {
         fourteen_turns(&app.upstream, &cloud, BEDROCK_MODEL).await;
     }
 
-    crate::helpers::db::both_backends!(on_bedrock_with_a_key);
+    crate::helpers::db::both_backends!(
+        on_bedrock_with_a_key,
+        on_bedrock_signed_by_condenser,
+        on_vertex
+    );
 
-    #[tokio::test]
-    async fn on_bedrock_signed_by_condenser() {
+    async fn on_bedrock_signed_by_condenser(backend: TestBackend) {
         let upstream = FakeUpstream::start(FakeConfig {
             summary_marker: Some(condenser::protocol::SUMMARY_MARKER.to_string()),
             ..FakeConfig::default()
         })
         .await;
         upstream.set_context_window(BEDROCK_MODEL, WINDOW);
-        let db = TestDb::new(TestBackend::Postgres).await;
+        let db = TestDb::new(backend).await;
         let env = [
             (
                 "CONDENSER__UPSTREAMS__BEDROCK__BASE_URL",
@@ -366,9 +390,8 @@ mod claude_code {
         assert!(upstream.requests().iter().all(|r| r.status != 403));
     }
 
-    #[tokio::test]
-    async fn on_vertex() {
-        let app = spawn_app_with(small_window(TestBackend::Sqlite, VERTEX_MODEL)).await;
+    async fn on_vertex(backend: TestBackend) {
+        let app = spawn_app_with(small_window(backend, VERTEX_MODEL)).await;
         let cloud = [
             ("CLAUDE_CODE_USE_VERTEX", "1".to_owned()),
             ("CLAUDE_CODE_SKIP_VERTEX_AUTH", "1".to_owned()),

@@ -21,6 +21,7 @@ fn the_model_is_read_from_the_path_even_as_an_encoded_arn() {
     );
     assert_eq!(action, "invoke-with-response-stream");
     assert_eq!(Bedrock.endpoint(&Method::POST, arn), Endpoint::Chat);
+    assert!(Bedrock.claims("/inference-profiles", &HeaderMap::new()));
     let count = "/model/us.anthropic.claude-sonnet-4-5-20250929-v1:0/count-tokens";
     assert_eq!(
         Bedrock.endpoint(&Method::POST, count),

@@ -18,8 +18,8 @@ mod units;
 use super::request::serialize_replacing;
 use super::summary_text;
 use super::{
-    copy_routing, models, Adapter, AnswerFacts, ChatRequest, Outline, SummaryCall, ToolLinks,
-    Trimmed, Usage,
+    copy_routing, models, Adapter, AnswerFacts, AnswerMessage, ChatRequest, Outline, SummaryCall,
+    ToolLinks, Trimmed, Usage,
 };
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -228,6 +228,13 @@ impl Adapter for Responses {
 
     fn fact_markers(&self) -> &'static [&'static str] {
         &["\"status\"", "\"model\""]
+    }
+
+    /// Each output item: messages, calls, reasoning.
+    fn answer_messages<'v>(&self, answer: &'v Value) -> Vec<AnswerMessage<'v>> {
+        let items = answer.get("output").and_then(Value::as_array);
+        let item = |item: &'v Value| AnswerMessage::new(item, None);
+        items.into_iter().flatten().map(item).collect()
     }
 
     fn native(&self) -> Option<&dyn super::native::NativeForms> {

@@ -12,9 +12,9 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use condenser::protocol::canonical::canonical_json;
 use condenser::protocol::{
-    bearer_or_key, summary_text, Adapter, AnswerFacts, ChatRequest, Endpoint, ErrorInfo, Outline,
-    Provider, Root, Signer, SummaryCall, SystemPart, TelemetryNames, ToolLinks, Trimmed, Usage,
-    WindowProbe,
+    bearer_or_key, summary_text, Adapter, AnswerFacts, AnswerMessage, ChatRequest, Endpoint,
+    ErrorInfo, Outline, Provider, Root, Signer, SummaryCall, SystemPart, TelemetryNames, ToolLinks,
+    Trimmed, Usage, WindowProbe,
 };
 use http::{HeaderMap, Method, StatusCode};
 use serde_json::{json, Map, Value};
@@ -126,6 +126,11 @@ impl Adapter for Parley {
 
     fn fact_markers(&self) -> &'static [&'static str] {
         &["\"why\""]
+    }
+
+    /// A reply is text alone, in no message shape content capture reads.
+    fn answer_messages<'v>(&self, _answer: &'v Value) -> Vec<AnswerMessage<'v>> {
+        Vec::new()
     }
 }
 

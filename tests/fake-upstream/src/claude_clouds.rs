@@ -316,8 +316,25 @@ fn vertex_body(body: &[u8], model: &str, stream: bool) -> Result<Bytes, String> 
         .into())
 }
 
-/// Messages' answer as Vertex gives it: the overflow a 413.
+/// Messages' answer as Vertex gives it: the overflow a 413, a stream with
+/// Vertex's own `vertex_event` (usage by pricing tier) before its
+/// `message_stop` (vercel/ai#11309 shows one as Vertex sends it).
 async fn vertex_answer(response: Response) -> Response {
+    let streamed = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if response.status().is_success() && streamed {
+        let (parts, body) = response.into_parts();
+        let events = body.into_data_stream().flat_map(|event| {
+            let stop = event.as_ref().is_ok_and(|e| e.windows(14).any(|w| w == b"\"message_stop\""));
+            let vertex = r#"{"type":"vertex_event","usage":{"input_tokens":9,"output_tokens":1,"cache_creation_input_tokens":null,"cache_read_input_tokens":null}}"#;
+            let before = stop.then(|| Ok(Bytes::from(format!("event: vertex_event\ndata: {vertex}\n\n"))));
+            futures_util::stream::iter(before.into_iter().chain([event]))
+        });
+        return Response::from_parts(parts, Body::from_stream(events));
+    }
     if response.status() != StatusCode::BAD_REQUEST {
         return response;
     }
