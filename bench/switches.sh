@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Context switches and wake-ups per request (see "Context switches per
+# request" in bench/README.md): the same fast upstream (the fake-upstream
+# binary), the same steady load from bench/loadgen, and `perf stat` on
+# the proxy's process only, for nginx as a plain reverse proxy (keep-alive
+# to the upstream) and Condenser on SQLite and on Postgres, in one run.
+#
+#   bench/switches.sh [BINARY]
+#
+# Prints one line per target and workload: the rate achieved, p50, and
+# per request: context switches, sched_wakeup events (wake-ups of the
+# proxy's own threads) and CPU migrations. Workloads: the 1.5 KB chat body
+# at RATE (1,000 req/s) and the ~800 KB history at HISTORY_RATE (20).
+# Settings: DURATION (8 s per row), RATE, HISTORY_RATE, TARGETS
+# ("nginx condenser-sqlite condenser-postgres"), WORKLOADS ("small history").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BIN="${1:-target/release/condenser}"
+DURATION="${DURATION:-8}"
+RATE="${RATE:-1000}"
+HISTORY_RATE="${HISTORY_RATE:-20}"
+TARGETS="${TARGETS:-nginx condenser-sqlite condenser-postgres}"
+WORKLOADS="${WORKLOADS:-small history}"
+PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
+EVENTS="context-switches,sched:sched_wakeup,cpu-migrations"
+
+command -v perf >/dev/null || { echo "switches: needs perf (linux-perf)" >&2; exit 1; }
+[ -x /usr/sbin/nginx ] || { echo "switches: needs nginx (apt-get install nginx-light)" >&2; exit 1; }
+cargo build --release --quiet -p condenser -p fake-upstream -p loadgen
+
+. bench/lib.sh
+python3 bench/make_bodies.py "$work" >/dev/null
+
+upstream="$(free_port)"
+target/release/fake-upstream --listen "127.0.0.1:$upstream" --no-record \
+  --window bench-model=10000000 >"$work/fake.log" 2>&1 &
+pids+=($!)
+wait_port "$upstream"
+
+start_nginx() { # port; sets processes: its master's and workers' pids
+  local dir="$work/nginx" port="$1"
+  mkdir -p "$dir/tmp"
+  cat >"$dir/nginx.conf" <<EOF
+worker_processes auto;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  client_body_temp_path $dir/tmp/client;
+  proxy_temp_path $dir/tmp/proxy;
+  fastcgi_temp_path $dir/tmp/fastcgi;
+  uwsgi_temp_path $dir/tmp/uwsgi;
+  scgi_temp_path $dir/tmp/scgi;
+  client_max_body_size 8m;
+  client_body_buffer_size 1m;
+  upstream fake { server 127.0.0.1:$upstream; keepalive 64; }
+  server {
+    listen 127.0.0.1:$port;
+    location / {
+      proxy_pass http://fake;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+EOF
+  /usr/sbin/nginx -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" -g 'daemon off;' &
+  local master=$!
+  pids+=("$master")
+  wait_port "$port"
+  processes="$master $(pgrep -P "$master" | tr '\n' ' ')"
+}
+
+start_condenser() { # port backend; sets processes: its pid
+  local port="$1" url
+  case "$2" in
+    sqlite) url="sqlite://$work/condenser-$port.db" ;;
+    postgres)
+      local database="condenser_switches_$$"
+      databases+=("$database")
+      psql -q "$PGURL/postgres" -c "create database $database" >/dev/null
+      url="$PGURL/$database" ;;
+  esac
+  mkdir -p "$work/cwd-$port"
+  local binary
+  binary="$(realpath "$BIN")"
+  (cd "$work/cwd-$port" && CONDENSER_LISTEN="127.0.0.1:$port" DATABASE_URL="$url" \
+    CONDENSER_OPENAI_BASE_URL="http://127.0.0.1:$upstream/v1" \
+    exec "$binary" serve) >"$work/condenser-$port.log" 2>&1 &
+  processes=$!
+  pids+=("$processes")
+  wait_port "$port" "$work/condenser-$port.log"
+}
+
+row() { # target pids workload rate body
+  local target="$1" processes="$2" workload="$3" rate="$4" body="$5" port="$6"
+  local url="http://127.0.0.1:$port/v1/chat/completions"
+  # Warm-up: threads started, pools filled, conversations stored.
+  target/release/loadgen --url "$url" --rate "$rate" --duration 2 --workload fixed --body "$body" >/dev/null
+  perf stat -x, -e "$EVENTS" -p "$(echo "$processes" | xargs | tr ' ' ',')" \
+    -o "$work/stat-$target-$workload.csv" -- sleep "$DURATION" &
+  local recorder=$!
+  target/release/loadgen --url "$url" --rate "$rate" --duration "$DURATION" \
+    --workload fixed --body "$body" >"$work/load-$target-$workload.json"
+  wait "$recorder"
+  python3 - "$target" "$workload" "$work/load-$target-$workload.json" \
+    "$work/stat-$target-$workload.csv" "$DURATION" <<'EOF'
+import csv, json, sys
+target, workload, load, stat, duration = sys.argv[1:]
+load = json.load(open(load))
+requests = load["achieved_rate"] * float(duration)
+counts = {}
+for row in csv.reader(line for line in open(stat) if line.strip() and not line.startswith("#")):
+    if len(row) > 2 and row[0].replace(".", "").isdigit():
+        counts[row[2]] = float(row[0])
+per = lambda name: counts.get(name, float("nan")) / requests
+print(f"{target:20} {workload:8} {load['achieved_rate']:8.0f} req/s  p50 {load['latency_us']['p50']:6} us  "
+      f"switches/req {per('context-switches'):6.2f}  wakeups/req {per('sched:sched_wakeup'):6.2f}  "
+      f"migrations/req {per('cpu-migrations'):5.3f}")
+EOF
+}
+
+for target in $TARGETS; do
+  port="$(free_port)"
+  case "$target" in
+    nginx) start_nginx "$port" ;;
+    condenser-sqlite) start_condenser "$port" sqlite ;;
+    condenser-postgres) start_condenser "$port" postgres ;;
+    *) echo "switches: unknown target $target" >&2; exit 2 ;;
+  esac
+  for workload in $WORKLOADS; do
+    case "$workload" in
+      small) row "$target" "$processes" small "$RATE" "$work/identical.json" "$port" ;;
+      history) row "$target" "$processes" history "$HISTORY_RATE" "$work/history.json" "$port" ;;
+    esac
+  done
+done
