@@ -81,7 +81,7 @@ fn check_outline(adapter: &dyn Adapter, data: &[u8], parsed: Option<&ChatRequest
     let headers = HeaderMap::new();
     let identify = |memo: Option<&ChainMemo>| {
         let outline = adapter.outline(Bytes::copy_from_slice(data))?;
-        identify::conversation(adapter, b"", &headers, outline, memo)
+        identify::conversation(adapter, b"", &headers, None, outline, memo)
     };
     let whole = identify(None);
     for _ in 0..2 {
