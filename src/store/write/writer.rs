@@ -19,7 +19,7 @@ use crate::conversation::{ChainHash, ConversationId, TenantId};
 use crate::store::Storage;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
 /// Writes waiting, whatever their size.
@@ -29,8 +29,14 @@ pub const QUEUE_ENTRIES: usize = 16_384;
 /// dozen times a second, small enough that one commit stays short.
 const MAX_BATCH: usize = 512;
 
-/// How long the writer lets writes gather after the first of a batch.
-const LINGER: std::time::Duration = std::time::Duration::from_millis(10);
+/// How long the writer lets writes gather after the first of a batch,
+/// unless something waits on the batch (a compaction, a flush). Each
+/// commit costs a round of statements, and on SQLite a hand-off to its
+/// connection's thread and back for each: at 1,000 requests a second,
+/// 10 ms made 100 commits and about 1.7 context switches a request
+/// (bench/README.md, "Context switches per request"). A request's answer
+/// never waits on it.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Builds the rows of a request's messages from the first not yet stored.
 pub type RowsFrom = Box<dyn FnOnce(usize) -> Vec<NewMessage> + Send>;
@@ -49,6 +55,8 @@ pub struct MessageWrite {
     pub rows_from: RowsFrom,
     /// Told whether the messages are stored (a compaction waits for it).
     pub done: oneshot::Sender<bool>,
+    /// Someone waits on `done`: the batch is written without lingering.
+    pub waited: bool,
 }
 
 /// The queue was full: nothing was queued.
@@ -86,6 +94,17 @@ enum Job {
     Flush(oneshot::Sender<()>),
 }
 
+impl Job {
+    /// Whether someone waits for this job's batch to be written.
+    fn waited(&self) -> bool {
+        match self {
+            Job::Messages(write, _) => write.waited,
+            Job::Record(_) => false,
+            Job::Flush(_) => true,
+        }
+    }
+}
+
 /// Cheap to clone: clones share the queue.
 #[derive(Clone)]
 pub struct Writer {
@@ -93,6 +112,8 @@ pub struct Writer {
     bytes: Arc<Semaphore>,
     queue_bytes: usize,
     counts: Arc<Counts>,
+    /// Told when a write someone waits on is queued.
+    urgent: Arc<Notify>,
 }
 
 impl Writer {
@@ -101,13 +122,16 @@ impl Writer {
     pub fn start(storage: Storage, queue_bytes: usize) -> Self {
         let (queue, jobs) = mpsc::channel(QUEUE_ENTRIES);
         let counts = Arc::new(Counts::default());
-        tokio::spawn(run(storage, jobs, counts.clone()).in_current_span());
+        let urgent = Arc::new(Notify::new());
+        let writing = run(storage, jobs, counts.clone(), urgent.clone());
+        tokio::spawn(writing.in_current_span());
         let queue_bytes = queue_bytes.clamp(1, Semaphore::MAX_PERMITS);
         Self {
             queue,
             bytes: Arc::new(Semaphore::new(queue_bytes)),
             queue_bytes,
             counts,
+            urgent,
         }
     }
 
@@ -122,9 +146,13 @@ impl Writer {
         // Counted before it is sent: the writer may take it, and count it
         // out, before `try_send` returns.
         self.counts.message_writes.fetch_add(1, Ordering::AcqRel);
+        let waited = write.waited;
         if self.queue.try_send(Job::Messages(write, permit)).is_err() {
             self.counts.message_writes.fetch_sub(1, Ordering::AcqRel);
             return Err(full("messages"));
+        }
+        if waited {
+            self.urgent.notify_one();
         }
         Ok(())
     }
@@ -143,6 +171,7 @@ impl Writer {
     pub async fn flush(&self) {
         let (done, written) = oneshot::channel();
         if self.queue.send(Job::Flush(done)).await.is_ok() {
+            self.urgent.notify_one();
             let _ = written.await;
         }
     }
@@ -164,21 +193,38 @@ fn full(what: &'static str) -> QueueFull {
     QueueFull
 }
 
-async fn run(storage: Storage, mut jobs: mpsc::Receiver<Job>, counts: Arc<Counts>) {
+async fn run(
+    storage: Storage,
+    mut jobs: mpsc::Receiver<Job>,
+    counts: Arc<Counts>,
+    urgent: Arc<Notify>,
+) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        // Nothing waits on a write but a compaction (which then waits for
-        // a summary): a few milliseconds more make the commits larger and
-        // fewer, and each costs both processes a round of statements.
+        // Nothing waits on a write but a compaction or a flush, which cut
+        // the linger short: otherwise a few milliseconds more make the
+        // commits larger and fewer, and each costs a round of statements.
         if batch.len() < MAX_BATCH {
-            tokio::time::sleep(LINGER).await;
-            while batch.len() < MAX_BATCH {
-                let Ok(job) = jobs.try_recv() else { break };
-                batch.push(job);
-            }
+            linger(&mut jobs, &mut batch, &urgent).await;
         }
         metrics::histogram!("condenser_write_batch_size").record(batch.len() as f64);
         write(&storage, std::mem::take(&mut batch), &counts).await;
+    }
+}
+
+/// Lets the batch gather for [`LINGER`], up to [`MAX_BATCH`] writes, or
+/// until a write someone waits on is queued. Writes queued meanwhile do
+/// not wake the writer: it takes them all at the end.
+async fn linger(jobs: &mut mpsc::Receiver<Job>, batch: &mut Vec<Job>, urgent: &Notify) {
+    if !batch.iter().any(Job::waited) {
+        tokio::select! {
+            () = tokio::time::sleep(LINGER) => {}
+            () = urgent.notified() => {}
+        }
+    }
+    while batch.len() < MAX_BATCH {
+        let Ok(job) = jobs.try_recv() else { break };
+        batch.push(job);
     }
 }
 
