@@ -20,6 +20,7 @@
 use crate::config::{ServerSettings, Settings};
 use crate::error::ProxyErrorLog;
 use crate::state::AppState;
+use crate::threads::{self, ConnectionThreads};
 use crate::upstream::routes::{Endpoint, RouteTable};
 use axum::body::Body;
 use axum::extract::Request;
@@ -45,6 +46,7 @@ pub struct Application {
     background: tokio_util::task::TaskTracker,
     writer: crate::store::Writer,
     memory: crate::store::StoreMemory,
+    threads: ConnectionThreads,
 }
 
 impl Application {
@@ -54,6 +56,7 @@ impl Application {
         let shutdown_grace = settings.shutdown_grace;
         let flush_deadline = settings.storage.flush_deadline;
         let server = settings.server.clone();
+        let threads = ConnectionThreads::start(threads::count(server.connection_threads))?;
         let state = AppState::new(settings).await?;
         crate::maintenance::spawn(&state.storage, &state.settings.storage);
         let background = state.background.clone();
@@ -69,6 +72,7 @@ impl Application {
             shutdown_grace,
             flush_deadline,
             background,
+            threads,
         })
     }
 
@@ -108,8 +112,11 @@ impl Application {
         };
         let background = self.background.clone();
         let (writer, flush_deadline) = (self.writer.clone(), self.flush_deadline);
+        let threads = self.threads;
+        let serving = &threads;
         let drained = async move {
-            crate::http::serve::serve(self.listener, self.router, &self.server, signal).await;
+            let (listener, router, server) = (self.listener, self.router, &self.server);
+            crate::http::serve::serve(listener, router, server, serving, signal).await;
             background.close();
             background.wait().await;
             Ok(())
@@ -127,6 +134,7 @@ impl Application {
                 Ok(())
             }
         };
+        drop(threads);
         // Answered requests' messages are written before exit, however
         // long the streams took: a commit under way completes.
         flush_before_exit(&writer, flush_deadline).await;

@@ -14,6 +14,7 @@ pub mod error;
 pub mod format;
 pub mod metrics;
 pub mod telemetry;
+pub mod threads;
 
 pub mod compaction;
 pub mod conversation;

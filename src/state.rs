@@ -47,7 +47,8 @@ pub struct Shared {
 
 impl AppState {
     pub async fn new(settings: Settings) -> anyhow::Result<Self> {
-        let upstream = UpstreamClient::new(&settings.timeouts, settings.max_body_bytes)?;
+        let threads = crate::threads::count(settings.server.connection_threads);
+        let upstream = UpstreamClient::new(&settings.timeouts, settings.max_body_bytes, threads)?;
         let overflow = SignatureTable::with_custom(&settings.overflow_signatures)?;
         let storage = open_storage(&settings).await?;
         remember_the_store(&settings.database_url, &storage).await;

@@ -32,6 +32,10 @@ pub struct ServerSettings {
     /// Client connections open at once; more wait in the listen backlog.
     #[serde(default = "max_connections")]
     pub max_connections: usize,
+    /// Threads serving client connections, each connection on one of
+    /// them; 0, one per CPU the process may use.
+    #[serde(default)]
+    pub connection_threads: usize,
     /// Chat request bodies read and parsed at once, weighed in bytes of the
     /// costliest shape (`http/weight.rs`); unset, derived from the memory
     /// available (see [`ServerSettings::inflight_body_budget`]).
@@ -116,6 +120,7 @@ impl Default for ServerSettings {
             body_read_timeout: body_read_timeout(),
             body_total_timeout: body_total_timeout(),
             max_connections: max_connections(),
+            connection_threads: 0,
             max_inflight_body_bytes: None,
             responses_websocket: responses_websocket(),
             websocket_max_frame_bytes: None,

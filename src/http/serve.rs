@@ -24,6 +24,7 @@
 
 use super::activity::{self, Activity, Limits, Pressure};
 use crate::config::ServerSettings;
+use crate::threads::ConnectionThreads;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::Router;
@@ -60,11 +61,13 @@ struct Watch {
 }
 
 /// Serves `router` until `shutdown` resolves, then waits for the open
-/// connections to finish their requests.
+/// connections to finish their requests. Connections are accepted here and
+/// served on `threads`.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     settings: &ServerSettings,
+    threads: &ConnectionThreads,
     shutdown: impl Future<Output = ()>,
 ) {
     let cap = connection_cap(settings.max_connections);
@@ -87,28 +90,71 @@ pub async fn serve(
         let Some((stream, peer, permit)) = accepted else {
             continue;
         };
-        let activity = Activity::new();
-        let service = tracked(router.clone(), activity.clone(), peer);
-        let connection = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service))
-            .into_owned();
-        let watch = Watch {
-            activity,
-            limits,
+        // Moved to the thread that serves it: its readiness is that
+        // thread's runtime's to watch.
+        let stream = match stream.into_std() {
+            Ok(stream) => stream,
+            Err(error) => {
+                tracing::warn!(error.message = %error, "an accepted connection could not be handed over");
+                continue;
+            }
+        };
+        let connection = Connection {
+            router: router.clone(),
+            builder: builder.clone(),
+            peer,
             at_cap: pressure.subscribe(),
+            limits,
             stopping: stopping.clone(),
         };
         let (permits, pressure) = (permits.clone(), pressure.clone());
-        connections.spawn(async move {
-            run(connection, watch).await;
+        let served = connections.track_future(async move {
+            connection.serve(stream).await;
             drop(permit);
             pressure.free(permits.available_permits());
         });
+        threads.serve(move || served);
     }
     drop(listener);
     stopping.cancel();
     connections.close();
     connections.wait().await;
+}
+
+/// An accepted connection, and what serving it takes.
+struct Connection {
+    router: Router,
+    builder: Arc<Builder<TokioExecutor>>,
+    peer: SocketAddr,
+    at_cap: watch::Receiver<bool>,
+    limits: Limits,
+    stopping: CancellationToken,
+}
+
+impl Connection {
+    /// Serves the connection until it ends, on the thread it runs on.
+    async fn serve(self, stream: std::net::TcpStream) {
+        let stream = match tokio::net::TcpStream::from_std(stream) {
+            Ok(stream) => stream,
+            Err(error) => {
+                tracing::warn!(error.message = %error, "an accepted connection could not be served");
+                return;
+            }
+        };
+        let activity = Activity::new();
+        let service = tracked(self.router, activity.clone(), self.peer);
+        let connection = self
+            .builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service))
+            .into_owned();
+        let watch = Watch {
+            activity,
+            limits: self.limits,
+            at_cap: self.at_cap,
+            stopping: self.stopping,
+        };
+        run(connection, watch).await;
+    }
 }
 
 fn builder(header_read_timeout: Duration) -> Builder<TokioExecutor> {

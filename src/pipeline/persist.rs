@@ -166,6 +166,7 @@ fn queue(writer: &Writer, storage: &Storage, messages: MessagesToQueue<'_>) -> P
         at_ms,
         rows_from,
         done,
+        waited,
     };
     // Remembered as stored as it is queued: the writer takes writes in
     // order, so this conversation's next request, even if it comes before
@@ -174,19 +175,30 @@ fn queue(writer: &Writer, storage: &Storage, messages: MessagesToQueue<'_>) -> P
     // on them: the next request stores the whole chain again. Remembered
     // before the write is queued, so that forgetting, which may come as
     // soon as it is, cannot be undone by a remembering that comes after.
-    let memory = storage.memory();
-    let head = conversation.chain.last().copied();
-    let claimed = head.filter(|head| !memory.is_stored(&conversation.id, head));
-    if let Some(head) = head {
-        memory.remember_stored(&conversation.id, head);
-    }
-    if let Err(full) = writer.messages(write, weight) {
-        if let Some(head) = claimed {
-            memory.forget_links(&conversation.id, &[head]);
-        }
-        return Err(full);
-    }
+    queue_remembered(writer, storage, write, weight)?;
     Ok(stored)
+}
+
+/// Queues `write`, its head remembered as stored first (see [`queue`]);
+/// forgotten again when the queue was full.
+fn queue_remembered(
+    writer: &Writer,
+    storage: &Storage,
+    write: MessageWrite,
+    weight: usize,
+) -> Result<(), QueueFull> {
+    let memory = storage.memory();
+    let conversation = write.conversation;
+    let head = write.chain.last().copied();
+    let claimed = head.filter(|head| !memory.is_stored(&conversation, head));
+    if let Some(head) = head {
+        memory.remember_stored(&conversation, head);
+    }
+    writer.messages(write, weight).inspect_err(|_| {
+        if let Some(head) = claimed {
+            memory.forget_links(&conversation, &[head]);
+        }
+    })
 }
 
 /// One row per chain link from `first` on: the system part is position 0,

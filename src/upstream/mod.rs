@@ -1,4 +1,4 @@
-//! Step 5, forward: one pooled HTTP client for every upstream.
+//! Step 5, forward: pooled HTTP clients for every upstream.
 
 pub mod headers;
 pub mod relay;
@@ -10,29 +10,40 @@ use crate::error::{caused_by, ProxyError};
 use axum::response::Response;
 use http::{HeaderMap, Method};
 use routes::{Route, Upstream};
+use std::sync::Arc;
 
+/// The HTTP clients of every upstream: one connection pool for each
+/// connection thread (`http::threads`), so that a request's upstream
+/// socket is driven by the thread serving the request, and one for calls
+/// made anywhere else (a compaction that outlived its client's hang-up on
+/// the main runtime, the CLI).
 #[derive(Clone)]
 pub struct UpstreamClient {
-    http: reqwest::Client,
+    pools: Arc<[reqwest::Client]>,
     timeouts: Timeouts,
     body_limit: usize,
 }
 
 impl UpstreamClient {
-    pub fn new(timeouts: &Timeouts, body_limit: usize) -> anyhow::Result<Self> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(timeouts.connect)
-            // A redirect would send the caller's credential somewhere the
-            // operator did not configure: relay it to the client instead.
-            .redirect(reqwest::redirect::Policy::none())
-            .pool_idle_timeout(timeouts.pool_idle)
-            .tcp_nodelay(true)
-            .build()?;
+    pub fn new(
+        timeouts: &Timeouts,
+        body_limit: usize,
+        connection_threads: usize,
+    ) -> anyhow::Result<Self> {
+        let pools = (0..=connection_threads)
+            .map(|_| http_client(timeouts))
+            .collect::<Result<_, _>>()?;
         Ok(Self {
-            http,
+            pools,
             timeouts: timeouts.clone(),
             body_limit,
         })
+    }
+
+    /// The pool of the thread the caller runs on.
+    fn http(&self) -> &reqwest::Client {
+        let index = crate::threads::current().map_or(0, |thread| thread + 1);
+        self.pools.get(index).unwrap_or(&self.pools[0])
     }
 
     pub fn idle_timeout(&self) -> std::time::Duration {
@@ -81,7 +92,7 @@ impl UpstreamClient {
     ) -> Result<reqwest::Response, ProxyError> {
         crate::telemetry::server::inject(&mut headers);
         let mut request = self
-            .http
+            .http()
             .request(method, url.clone())
             .headers(headers)
             .body(body)
@@ -95,7 +106,7 @@ impl UpstreamClient {
         }
         let timeout = self.timeouts.first_byte;
         let started = std::time::Instant::now();
-        let sent = tokio::time::timeout(timeout, self.http.execute(request)).await;
+        let sent = tokio::time::timeout(timeout, self.http().execute(request)).await;
         let upstream_label = upstream.protocol.as_str();
         metrics::histogram!("condenser_upstream_response_seconds", "protocol" => upstream_label)
             .record(started.elapsed().as_secs_f64());
@@ -108,6 +119,17 @@ impl UpstreamClient {
             }),
         }
     }
+}
+
+fn http_client(timeouts: &Timeouts) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .connect_timeout(timeouts.connect)
+        // A redirect would send the caller's credential somewhere the
+        // operator did not configure: relay it to the client instead.
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_idle_timeout(timeouts.pool_idle)
+        .tcp_nodelay(true)
+        .build()
 }
 
 /// Maps a transport error to the proxy's own error. URLs are stripped: a
