@@ -7,6 +7,8 @@
 #
 #   bench/switches.sh [BINARY]
 #
+# With BASELINE_BIN set, that build is measured too, in the same run
+# (targets baseline-sqlite and baseline-postgres, after the others').
 # Prints one line per target and workload: the rate achieved, p50, and
 # per request: context switches, sched_wakeup events (wake-ups of the
 # proxy's own threads) and CPU migrations. Workloads: the 1.5 KB chat body
@@ -20,7 +22,8 @@ BIN="${1:-target/release/condenser}"
 DURATION="${DURATION:-8}"
 RATE="${RATE:-1000}"
 HISTORY_RATE="${HISTORY_RATE:-20}"
-TARGETS="${TARGETS:-nginx condenser-sqlite condenser-postgres}"
+BASELINE_BIN="${BASELINE_BIN:-}"
+TARGETS="${TARGETS:-nginx condenser-sqlite condenser-postgres${BASELINE_BIN:+ baseline-sqlite baseline-postgres}}"
 WORKLOADS="${WORKLOADS:-small history}"
 PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
 EVENTS="context-switches,sched:sched_wakeup,cpu-migrations"
@@ -74,19 +77,19 @@ EOF
   processes="$master $(pgrep -P "$master" | tr '\n' ' ')"
 }
 
-start_condenser() { # port backend; sets processes: its pid
+start_condenser() { # port backend [binary]; sets processes: its pid
   local port="$1" url
   case "$2" in
     sqlite) url="sqlite://$work/condenser-$port.db" ;;
     postgres)
-      local database="condenser_switches_$$"
+      local database="condenser_switches_$$_$port"
       databases+=("$database")
       psql -q "$PGURL/postgres" -c "create database $database" >/dev/null
       url="$PGURL/$database" ;;
   esac
   mkdir -p "$work/cwd-$port"
   local binary
-  binary="$(realpath "$BIN")"
+  binary="$(realpath "${3:-$BIN}")"
   (cd "$work/cwd-$port" && CONDENSER_LISTEN="127.0.0.1:$port" DATABASE_URL="$url" \
     CONDENSER_OPENAI_BASE_URL="http://127.0.0.1:$upstream/v1" \
     exec "$binary" serve) >"$work/condenser-$port.log" 2>&1 &
@@ -129,6 +132,8 @@ for target in $TARGETS; do
     nginx) start_nginx "$port" ;;
     condenser-sqlite) start_condenser "$port" sqlite ;;
     condenser-postgres) start_condenser "$port" postgres ;;
+    baseline-sqlite) start_condenser "$port" sqlite "$BASELINE_BIN" ;;
+    baseline-postgres) start_condenser "$port" postgres "$BASELINE_BIN" ;;
     *) echo "switches: unknown target $target" >&2; exit 2 ;;
   esac
   for workload in $WORKLOADS; do

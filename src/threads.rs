@@ -133,3 +133,77 @@ impl Drop for OpenConnection {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::sync::mpsc;
+
+    /// Serves a "connection" that reports the thread it ran on, then
+    /// stays open until `close` is dropped.
+    fn open(
+        threads: &ConnectionThreads,
+        ran_on: &mpsc::UnboundedSender<Option<usize>>,
+    ) -> oneshot::Sender<()> {
+        let (close, closed) = oneshot::channel::<()>();
+        let ran_on = ran_on.clone();
+        threads.serve(move || async move {
+            let _ = ran_on.send(current());
+            let _ = closed.await;
+        });
+        close
+    }
+
+    #[tokio::test]
+    async fn a_connection_runs_on_a_connection_thread_and_the_least_busy_takes_the_next() {
+        let threads = ConnectionThreads::start(2).expect("threads start");
+        let (ran_on, mut reports) = mpsc::unbounded_channel();
+        let first = open(&threads, &ran_on);
+        let second = open(&threads, &ran_on);
+        let a = reports
+            .recv()
+            .await
+            .flatten()
+            .expect("on a connection thread");
+        let b = reports
+            .recv()
+            .await
+            .flatten()
+            .expect("on a connection thread");
+        assert_ne!(a, b, "two open connections share the threads");
+        // The first closes: the next connection goes to its thread.
+        drop(first);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let _third = open(&threads, &ran_on);
+        let c = reports
+            .recv()
+            .await
+            .flatten()
+            .expect("on a connection thread");
+        assert_eq!(c, a, "the thread serving fewer connections takes the next");
+        drop(second);
+        assert_eq!(current(), None, "the caller is no connection thread");
+    }
+
+    #[tokio::test]
+    async fn stopping_the_threads_ends_the_connections_they_serve() {
+        let threads = ConnectionThreads::start(1).expect("threads start");
+        let (ended_tx, ended) = oneshot::channel::<()>();
+        threads.serve(move || async move {
+            // Dropped unsent when the thread's runtime drops this task.
+            let _ended = ended_tx;
+            std::future::pending::<()>().await;
+        });
+        drop(threads);
+        let ended = tokio::time::timeout(Duration::from_secs(5), ended).await;
+        assert!(matches!(ended, Ok(Err(_))), "the connection was ended");
+    }
+
+    #[test]
+    fn zero_threads_is_one_per_cpu() {
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        assert_eq!(count(0), cpus);
+        assert_eq!(count(3), 3);
+    }
+}

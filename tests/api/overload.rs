@@ -240,6 +240,8 @@ async fn a_chunked_chat_body_is_counted_as_it_arrives() {
     let response = post_chunked(&app, heavy_chat_body(800 * 1024)).await;
     assert_eq!(response.status(), 503);
     assert!(response.headers().contains_key("retry-after"));
+    // The rest of the body was never read: the connection is not reused.
+    assert_eq!(response.headers()["connection"], "close");
     drop(held);
     let small = json!({"model": "gpt-4o-mini",
         "messages": [{"role": "user", "content": "served"}]});
