@@ -174,7 +174,17 @@ mod tests {
         assert_ne!(a, b, "two open connections share the threads");
         // The first closes: the next connection goes to its thread.
         drop(first);
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let serving = |threads: &ConnectionThreads| -> usize {
+            threads
+                .threads
+                .iter()
+                .map(|t| t.open.load(Ordering::Relaxed))
+                .sum()
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while serving(&threads) > 1 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         let _third = open(&threads, &ran_on);
         let c = reports
             .recv()
