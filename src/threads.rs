@@ -138,59 +138,41 @@ impl Drop for OpenConnection {
 mod tests {
     use super::*;
     use std::time::Duration;
-    use tokio::sync::mpsc;
 
-    /// Serves a "connection" that reports the thread it ran on, then
-    /// stays open until `close` is dropped.
-    fn open(
-        threads: &ConnectionThreads,
-        ran_on: &mpsc::UnboundedSender<Option<usize>>,
-    ) -> oneshot::Sender<()> {
+    /// Serves a "connection" that stays open until the returned sender
+    /// is dropped, and the connection thread it runs on.
+    async fn open(threads: &ConnectionThreads) -> (oneshot::Sender<()>, usize) {
         let (close, closed) = oneshot::channel::<()>();
-        let ran_on = ran_on.clone();
+        let (ran_on_tx, ran_on) = oneshot::channel();
         threads.serve(move || async move {
-            let _ = ran_on.send(current());
+            let _ = ran_on_tx.send(current());
             let _ = closed.await;
         });
-        close
+        let thread = ran_on.await.ok().flatten();
+        (close, thread.expect("on a connection thread"))
+    }
+
+    fn serving(threads: &ConnectionThreads) -> usize {
+        threads
+            .threads
+            .iter()
+            .map(|thread| thread.open.load(Ordering::Relaxed))
+            .sum()
     }
 
     #[tokio::test]
     async fn a_connection_runs_on_a_connection_thread_and_the_least_busy_takes_the_next() {
         let threads = ConnectionThreads::start(2).expect("threads start");
-        let (ran_on, mut reports) = mpsc::unbounded_channel();
-        let first = open(&threads, &ran_on);
-        let second = open(&threads, &ran_on);
-        let a = reports
-            .recv()
-            .await
-            .flatten()
-            .expect("on a connection thread");
-        let b = reports
-            .recv()
-            .await
-            .flatten()
-            .expect("on a connection thread");
+        let (first, a) = open(&threads).await;
+        let (second, b) = open(&threads).await;
         assert_ne!(a, b, "two open connections share the threads");
         // The first closes: the next connection goes to its thread.
         drop(first);
-        let serving = |threads: &ConnectionThreads| -> usize {
-            threads
-                .threads
-                .iter()
-                .map(|t| t.open.load(Ordering::Relaxed))
-                .sum()
-        };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         while serving(&threads) > 1 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let _third = open(&threads, &ran_on);
-        let c = reports
-            .recv()
-            .await
-            .flatten()
-            .expect("on a connection thread");
+        let (_third, c) = open(&threads).await;
         assert_eq!(c, a, "the thread serving fewer connections takes the next");
         drop(second);
         assert_eq!(current(), None, "the caller is no connection thread");
