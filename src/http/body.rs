@@ -11,6 +11,7 @@ use super::budget::{BodyBudget, Lease};
 use super::weight::{most, weigh_bytes, Scale};
 use crate::error::{caused_by, ProxyError};
 use axum::body::Body;
+use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use futures_util::Stream;
 use http_body_util::{BodyExt, Limited};
@@ -40,7 +41,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// front when `declared`, the rest as they come (all of it for an
 /// undeclared body).
 pub async fn read_chat_body(
-    body: Body,
+    body: &mut Body,
     declared: Option<usize>,
     bounds: Bounds,
     budget: &Arc<BodyBudget>,
@@ -71,6 +72,41 @@ pub async fn read_chat_body(
     }
 }
 
+/// How long the rest of a refused body is read, at most, before its
+/// connection closes (and never past the body's own deadline: a body
+/// refused for its slowness is not waited for). nginx's `lingering_time`
+/// is 30 s; a client sending a body many times the limit over a slow link
+/// gets its refusal reset past this, as with nginx past its own.
+const LINGER: Duration = Duration::from_secs(10);
+
+/// `response`, a refusal answered before `body` was read to its end. On
+/// HTTP/1.1 the rest of the body would be read as the next request, so
+/// the connection closes after the answer and says so (lest the client
+/// reuse it and lose its next request), but only once the rest is read
+/// and dropped: a socket closed with bytes unread is reset, and the
+/// reset destroys the answer in the client's buffers before a client that
+/// sends its whole body first has read it (nginx's lingering close).
+pub fn refused_unread(
+    version: http::Version,
+    body: Body,
+    bounds: Bounds,
+    mut response: Response,
+) -> Response {
+    if version <= http::Version::HTTP_11 {
+        response.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
+    }
+    tokio::spawn(async move {
+        let mut body = body;
+        let drain = async { while let Some(Ok(_)) = body.frame().await {} };
+        let until = bounds.deadline.min(Instant::now() + LINGER);
+        let _ = tokio::time::timeout_at(until, drain).await;
+    });
+    response
+}
+
 /// Why a body's weight was not leased: the budget is busy now (a 503 with
 /// `Retry-After`), or the body would not fit even alone (a 413: a retry
 /// would be refused the same way, forever).
@@ -89,7 +125,7 @@ pub(crate) fn refusal(fits_alone: bool) -> ProxyError {
 /// lease grows chunk by chunk with what the chunk's values and strings
 /// weigh, and its bytes' when undeclared.
 async fn collect(
-    body: Body,
+    body: &mut Body,
     declared: Option<usize>,
     limit: usize,
     lease: &mut Lease,

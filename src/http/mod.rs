@@ -79,30 +79,16 @@ async fn proxy(
     match route.endpoint {
         Endpoint::Chat | Endpoint::Responses => {
             let declared = passthrough::declared_length(&request);
-            let (parts, body) = request.into_parts();
-            match body::read_chat_body(body, declared, bounds, &budget).await {
+            let (parts, mut body) = request.into_parts();
+            match body::read_chat_body(&mut body, declared, bounds, &budget).await {
                 // The lease is given back once the answer's head is ready.
-                Ok((body, _lease)) => crate::pipeline::handle(&state, route, parts, body).await,
-                Err(error) => closing(
-                    parts.version,
-                    error.into_response_for(route.upstream.protocol),
-                ),
+                Ok((bytes, _lease)) => crate::pipeline::handle(&state, route, parts, bytes).await,
+                Err(error) => {
+                    let refusal = error.into_response_for(route.upstream.protocol);
+                    body::refused_unread(parts.version, body, bounds, refusal)
+                }
             }
         }
         Endpoint::Passthrough => passthrough::forward(&state, route, request, bounds).await,
     }
-}
-
-/// A refusal answered before the body was read to its end: on HTTP/1.1
-/// the rest of the body would be read as the next request, so the
-/// connection closes after the answer, and says so, lest the client
-/// reuse it and lose its next request on a closed socket (as nginx does).
-fn closing(version: http::Version, mut response: Response) -> Response {
-    if version <= http::Version::HTTP_11 {
-        response.headers_mut().insert(
-            http::header::CONNECTION,
-            http::HeaderValue::from_static("close"),
-        );
-    }
-    response
 }

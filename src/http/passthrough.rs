@@ -5,7 +5,7 @@
 //! takes nothing of the chat body budget; it is bounded in size and in
 //! time all the same.
 
-use super::body::{Bounds, WithDeadline};
+use super::body::{refused_unread, Bounds, WithDeadline};
 use crate::error::ProxyError;
 use crate::state::AppState;
 use crate::upstream::routes::Route;
@@ -17,10 +17,11 @@ use http_body_util::Limited;
 pub async fn forward(state: &AppState, route: Route, request: Request, bounds: Bounds) -> Response {
     let protocol = route.upstream.protocol;
     let limit = bounds.max_bytes;
-    if declared_length(&request).is_some_and(|length| length > limit) {
-        return ProxyError::BodyTooLarge { limit }.into_response_for(protocol);
-    }
     let (parts, body) = request.into_parts();
+    if declared(&parts.headers).is_some_and(|length| length > limit) {
+        let refusal = ProxyError::BodyTooLarge { limit }.into_response_for(protocol);
+        return refused_unread(parts.version, body, bounds, refusal);
+    }
     let limited = Body::new(Limited::new(body, limit)).into_data_stream();
     let (timed, expired) = WithDeadline::new(limited, bounds.deadline);
     let body = reqwest::Body::wrap_stream(timed);
@@ -38,8 +39,11 @@ pub async fn forward(state: &AppState, route: Route, request: Request, bounds: B
 }
 
 pub fn declared_length(request: &Request) -> Option<usize> {
-    request
-        .headers()
+    declared(request.headers())
+}
+
+fn declared(headers: &http::HeaderMap) -> Option<usize> {
+    headers
         .get(http::header::CONTENT_LENGTH)?
         .to_str()
         .ok()?

@@ -98,6 +98,52 @@ async fn an_oversized_body_is_a_413_on_chat_and_passthrough_routes() {
     );
 }
 
+/// A client sends its whole body before it reads the answer (most do,
+/// and HTTP/1.1 lets them). Refused early, the body's rest must still be
+/// read and dropped before the connection closes: a socket closed with
+/// unread bytes is reset, and the reset destroys the 413 on its way.
+#[tokio::test]
+async fn a_413_reaches_a_client_still_sending_a_body_many_times_the_limit() {
+    let options = Options {
+        settings: json!({"max_body_bytes": 4096}),
+        ..Options::default()
+    };
+    let app = spawn_app_with(options).await;
+    let huge = vec![b'x'; 16 * 1024 * 1024];
+    let chunks = || {
+        let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+            huge.chunks(64 * 1024).map(|c| Ok(c.to_vec())).collect();
+        reqwest::Body::wrap_stream(futures_util::stream::iter(chunks))
+    };
+    let sends = [
+        (
+            "chat, declared",
+            "/v1/chat/completions",
+            huge.clone().into(),
+        ),
+        ("chat, chunked", "/v1/chat/completions", chunks()),
+        ("passthrough, declared", "/v1/echo", huge.clone().into()),
+    ];
+    for (name, path, body) in sends {
+        let response = app
+            .client
+            .post(app.url(path))
+            .bearer_auth(OPENAI_KEY)
+            .body(body)
+            .send()
+            .await
+            .unwrap_or_else(|error| panic!("{name}: the 413 is lost: {error:?}"));
+        assert_eq!(response.status(), 413, "{name}");
+        let connection = response.headers().get("connection");
+        assert_eq!(
+            connection.and_then(|value| value.to_str().ok()),
+            Some("close"),
+            "{name}: the connection closes after the refusal"
+        );
+    }
+    assert!(app.upstream.requests().is_empty());
+}
+
 #[tokio::test]
 async fn malformed_json_is_forwarded_unchanged_and_the_upstream_answer_comes_back() {
     let app = spawn_app().await;
