@@ -16,6 +16,7 @@ same repeat), so one stall in one row does not decide a bound.
 """
 
 import json
+import re
 import statistics
 import sys
 
@@ -117,6 +118,52 @@ def main(paths):
         print(f"| {number} | | direct (the reference) | | | {spread} | |")
         print(f"| {number} | | settings | | | {result['settings']} | |")
     print(f"\n{missed} bound(s) missed.")
+    against_nginx(paths)
+
+
+# Issue 54: this build against nginx as a plain reverse proxy, in the
+# same run: its maximum at least this share of nginx's, its added p50 at
+# the fixed rate at most +150 µs, the history's at most 1 ms.
+NGINX_SHARE = {"sqlite": 0.50, "postgres": 0.45}
+
+
+def against_nginx(paths):
+    lines = []
+    for number, path in enumerate(paths, 1):
+        with open(path) as f:
+            result = json.load(f)
+        rows = rows_of(result)
+        maxima = result.get("max_sustained", {}).get("identical", {})
+        if not find(rows, "identical", "nginx"):
+            continue
+        floor = maxima.get("nginx", {}).get("max_sustained_rate")
+        cap = re.search(r"MAX_RATE_CAP=(\d+)", result["settings"])
+        cap = int(cap.group(1)) if cap else None
+        for target in ["nginx"] + sorted(t for t in maxima if t.startswith("condenser-")):
+            backend = target.split("-", 1)[-1]
+            small, history = find(rows, "identical", target), find(rows, "history", target)
+            rate = maxima.get(target, {}).get("max_sustained_rate")
+            share = ratio(rate, floor) if target != "nginx" else None
+            cells = [
+                f"{fmt_us(small and small['added_p50_us'])} µs",
+                f"{fmt_us(history and history['added_p50_us'])} µs",
+                f"{rate:,}/s" if rate else "n/a",
+                "" if share is None else f"{share:.0%}",
+            ]
+            if target == "nginx":
+                verdicts = "the floor" + (f" (the search's cap {cap:,}/s)" if cap and rate == cap else "")
+            else:
+                small_ok = small and small["added_p50_us"] is not None and small["added_p50_us"] <= 150
+                history_ok = history and history["added_p50_us"] is not None and history["added_p50_us"] <= 1000
+                share_ok = share is not None and share >= NGINX_SHARE.get(backend, 0.5)
+                verdicts = (f"p50 ≤ +150 µs: {verdict(small_ok)}; history ≤ +1 ms: {verdict(history_ok)}; "
+                            f"≥ {NGINX_SHARE.get(backend, 0.5):.0%} of nginx: {verdict(share_ok)}")
+            lines.append(f"| {number} | {target} | " + " | ".join(cells) + f" | {verdicts} |")
+    if lines:
+        print("\nAgainst nginx as a plain reverse proxy, same run (issue 54's bounds):\n")
+        print("| round | target | small, added p50 | history, added p50 | maximum sustained | of nginx's | bounds |")
+        print("|---|---|---|---|---|---|---|")
+        print("\n".join(lines))
 
 
 if __name__ == "__main__":
