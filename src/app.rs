@@ -6,25 +6,21 @@
 //! 1. `SetRequestId`: takes the client's `x-request-id` or makes a UUID.
 //! 2. `Trace`: one span per request carrying `request_id`, so every log line
 //!    inside the request has it; logs status and latency at the end.
-//! 3. `echo_request_id`: echoes the request's `x-request-id` on every
-//!    response; an upstream's own `x-request-id` moves to
-//!    `x-upstream-request-id`.
-//! 4. `RequestBodyTimeout`: a request body silent for
+//! 3. `RequestBodyTimeout`: a request body silent for
 //!    `server.body_read_timeout` fails to read (a 408 for the client).
-//! 5. `log_proxy_errors`: logs a [`ProxyErrorLog`] the handler attached to
-//!    its response extensions (handlers render, this layer logs).
+//! 4. Around every route (`http/around.rs`): the request id echoed, a
+//!    handler's error logged, the request counted and timed, a request
+//!    that must never be forwarded refused.
 //!
 //! Connection limits (header timeout, connection cap) are set where
 //! connections are accepted, in [`crate::http::serve`].
 
 use crate::config::{ServerSettings, Settings};
-use crate::error::ProxyErrorLog;
 use crate::state::AppState;
 use crate::threads::{self, ConnectionThreads};
 use crate::upstream::routes::{Endpoint, RouteTable};
 use axum::body::Body;
 use axum::extract::Request;
-use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::Router;
 use std::future::Future;
@@ -194,10 +190,8 @@ fn with_layers(router: Router, server: &ServerSettings, routes: Arc<RouteTable>)
         ServiceBuilder::new()
             .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
             .layer(trace)
-            .layer(middleware::from_fn(echo_request_id))
             .layer(RequestBodyTimeoutLayer::new(server.body_read_timeout))
-            .map_request(|request: http::Request<TimeoutBody<Body>>| request.map(Body::new))
-            .layer(middleware::from_fn(log_proxy_errors)),
+            .map_request(|request: http::Request<TimeoutBody<Body>>| request.map(Body::new)),
     )
 }
 
@@ -233,38 +227,6 @@ fn http_route<'r>(request: &'r Request, routes: &RouteTable) -> Option<&'r str> 
     let uri = request.uri();
     let route = routes.resolve(request.method(), uri.path(), None, request.headers());
     (route.endpoint != Endpoint::Passthrough).then_some(uri.path())
-}
-
-/// The client's id is the one echoed, whatever the upstream answered: an
-/// upstream that sets its own (OpenAI does) would otherwise replace it, and
-/// the client could no longer find its request in Condenser's logs.
-async fn echo_request_id(request: Request, next: Next) -> Response {
-    let id = request
-        .extensions()
-        .get::<RequestId>()
-        .map(|id| id.header_value().clone());
-    let mut response = next.run(request).await;
-    let headers = response.headers_mut();
-    if let Some(upstream_id) = headers.remove(X_REQUEST_ID) {
-        if Some(&upstream_id) != id.as_ref() {
-            headers.insert(X_UPSTREAM_REQUEST_ID, upstream_id);
-        }
-    }
-    if let Some(id) = id {
-        headers.insert(X_REQUEST_ID, id);
-    }
-    response
-}
-
-const X_REQUEST_ID: &str = "x-request-id";
-const X_UPSTREAM_REQUEST_ID: &str = "x-upstream-request-id";
-
-async fn log_proxy_errors(request: Request, next: Next) -> Response {
-    let response = next.run(request).await;
-    if let Some(error) = response.extensions().get::<ProxyErrorLog>() {
-        tracing::warn!(error.kind = error.kind, error.message = %error.message, status = response.status().as_u16(), "request failed in the proxy");
-    }
-    response
 }
 
 async fn shutdown_signal() {

@@ -4,7 +4,6 @@
 //! kind, status, outcome), never a conversation id, a model or a key.
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::sync::OnceLock;
@@ -157,18 +156,35 @@ pub async fn render(State(handle): State<PrometheusHandle>) -> impl IntoResponse
     )
 }
 
-/// Counts requests and times them, labelled by the kind of route.
-pub async fn track(request: Request, next: Next) -> Response {
-    let route = route_label(&request);
-    let method = standard_method(request.method()).unwrap_or("other");
-    let started = Instant::now();
-    let response = next.run(request).await;
-    let status = response.status().as_u16().to_string();
-    metrics::counter!("condenser_http_requests_total", "route" => route, "method" => method, "status" => status)
-        .increment(1);
-    metrics::histogram!("condenser_http_request_duration_seconds", "route" => route)
-        .record(started.elapsed().as_secs_f64());
-    response
+/// One request's count and time, labelled by the kind of route: started
+/// as the request comes in, recorded when its answer's head goes out.
+pub struct Tracked {
+    route: &'static str,
+    method: &'static str,
+    started: Instant,
+}
+
+impl Tracked {
+    pub fn start(request: &Request) -> Self {
+        Self {
+            route: route_label(request),
+            method: standard_method(request.method()).unwrap_or("other"),
+            started: Instant::now(),
+        }
+    }
+
+    pub fn finish(self, response: &Response) {
+        let Self {
+            route,
+            method,
+            started,
+        } = self;
+        let status = response.status().as_u16().to_string();
+        metrics::counter!("condenser_http_requests_total", "route" => route, "method" => method, "status" => status)
+            .increment(1);
+        metrics::histogram!("condenser_http_request_duration_seconds", "route" => route)
+            .record(started.elapsed().as_secs_f64());
+    }
 }
 
 /// The method's name when it is one of HTTP's standard methods. A method

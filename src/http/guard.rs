@@ -15,24 +15,19 @@
 
 use crate::error::ProxyError;
 use crate::state::AppState;
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::Response;
 use http::Method;
 use percent_encoding::percent_decode_str;
 
-pub async fn refuse_unforwardable(
-    State(state): State<AppState>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let Some(error) = refusal(request.method(), request.uri()) else {
-        return next.run(request).await;
-    };
+/// The refusal of a request that must not be forwarded, in the error
+/// shape of the protocol its path speaks; `None` for any other.
+pub fn refused(state: &AppState, request: &Request) -> Option<Response> {
+    let error = refusal(request.method(), request.uri())?;
     let protocol = state
         .routes
         .protocol(request.uri().path(), request.headers());
-    error.into_response_for(protocol)
+    Some(error.into_response_for(protocol))
 }
 
 fn refusal(method: &Method, uri: &http::Uri) -> Option<ProxyError> {
@@ -62,7 +57,7 @@ fn escapes(path: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn refused(method: Method, target: &str) -> bool {
+    fn is_refused(method: Method, target: &str) -> bool {
         let uri: http::Uri = target.parse().expect("a valid target");
         refusal(&method, &uri).is_some()
     }
@@ -78,7 +73,7 @@ mod tests {
             "/v1/./models",
             "/v1/..",
         ] {
-            assert!(refused(Method::GET, path), "{path}");
+            assert!(is_refused(Method::GET, path), "{path}");
         }
     }
 
@@ -91,14 +86,14 @@ mod tests {
             "/v1/chat/completions?x=..",
             "/",
         ] {
-            assert!(!refused(Method::POST, path), "{path}");
+            assert!(!is_refused(Method::POST, path), "{path}");
         }
     }
 
     #[test]
     fn connect_and_asterisk_form_are_refused() {
-        assert!(refused(Method::CONNECT, "api.openai.com:443"));
-        assert!(refused(Method::OPTIONS, "*"));
-        assert!(!refused(Method::OPTIONS, "/v1/models"));
+        assert!(is_refused(Method::CONNECT, "api.openai.com:443"));
+        assert!(is_refused(Method::OPTIONS, "*"));
+        assert!(!is_refused(Method::OPTIONS, "/v1/models"));
     }
 }

@@ -1,6 +1,7 @@
 //! Step 1, accept and route.
 
 mod activity;
+mod around;
 mod body;
 mod budget;
 mod guard;
@@ -23,7 +24,7 @@ pub fn router(state: AppState) -> Router {
     let metrics = Router::new()
         .route("/metrics", axum::routing::get(crate::metrics::render))
         .with_state(crate::metrics::handle());
-    let guard = axum::middleware::from_fn_with_state(state.clone(), guard::refuse_unforwardable);
+    let around = axum::middleware::from_fn_with_state(state.clone(), around::every_request);
     let budget = body_budget(&state);
     let sockets = websocket::Sockets::new(state.settings.server.websocket_connections_per_tenant);
     Router::new()
@@ -34,8 +35,7 @@ pub fn router(state: AppState) -> Router {
         .layer(Extension(sockets))
         .with_state(state)
         .merge(metrics)
-        .layer(guard)
-        .layer(axum::middleware::from_fn(crate::metrics::track))
+        .layer(around)
 }
 
 /// This instance's budget of chat body bytes in flight.

@@ -10,8 +10,8 @@ use http::header::{
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1) describe a single connection, so a
 /// proxy must not forward them; `host` and `content-length` are recomputed by
-/// the client for the upstream connection. Names, not strings: a string is
-/// parsed again at every removal, twice a request.
+/// the client for the upstream connection. Names, not strings: a string
+/// would be parsed again at every comparison.
 const CONNECTION_SCOPED: [HeaderName; 10] = [
     CONNECTION,
     HeaderName::from_static("keep-alive"),
@@ -29,20 +29,21 @@ const CONNECTION_SCOPED: [HeaderName; 10] = [
 const CONDENSER_REQUEST_HEADERS: [HeaderName; 1] = [HeaderName::from_static("x-conversation-id")];
 
 pub fn request_headers(incoming: &HeaderMap) -> HeaderMap {
-    let mut headers = without_connection_scoped(incoming);
-    headers.remove(http::header::CONTENT_LENGTH);
-    for name in &CONDENSER_REQUEST_HEADERS {
-        headers.remove(name);
-    }
-    headers
+    kept(incoming, |name| {
+        name == http::header::CONTENT_LENGTH || CONDENSER_REQUEST_HEADERS.contains(name)
+    })
 }
 
 /// Response headers keep `content-length`: bodies are relayed unchanged.
 pub fn response_headers(upstream: &HeaderMap) -> HeaderMap {
-    without_connection_scoped(upstream)
+    kept(upstream, |_| false)
 }
 
-fn without_connection_scoped(headers: &HeaderMap) -> HeaderMap {
+/// `headers` without those of one connection, those its `connection`
+/// header lists, and those `also_dropped` names. Copied in one pass, not
+/// cloned and then removed from: each removal hashes its name, present or
+/// not, and there were a score of them a request.
+fn kept(headers: &HeaderMap, also_dropped: impl Fn(&HeaderName) -> bool) -> HeaderMap {
     let listed_in_connection: Vec<HeaderName> = headers
         .get_all(CONNECTION)
         .iter()
@@ -50,12 +51,14 @@ fn without_connection_scoped(headers: &HeaderMap) -> HeaderMap {
         .flat_map(|value| value.split(','))
         .filter_map(|name| HeaderName::try_from(name.trim()).ok())
         .collect();
-    let mut kept = headers.clone();
-    for name in &CONNECTION_SCOPED {
-        kept.remove(name);
-    }
-    for name in listed_in_connection {
-        kept.remove(name);
+    let mut kept = HeaderMap::with_capacity(headers.keys_len());
+    for (name, value) in headers {
+        let dropped = CONNECTION_SCOPED.contains(name)
+            || listed_in_connection.contains(name)
+            || also_dropped(name);
+        if !dropped {
+            kept.append(name.clone(), value.clone());
+        }
     }
     kept
 }
@@ -103,5 +106,29 @@ mod tests {
                 "openai-organization"
             ]
         );
+    }
+
+    #[test]
+    fn repeated_headers_keep_every_value_in_order() {
+        let mut upstream = headers(&[
+            ("content-type", "application/json"),
+            ("connection", "close"),
+            ("content-length", "2"),
+        ]);
+        upstream.append("set-cookie", "a=1".parse().expect("value"));
+        upstream.append("set-cookie", "b=2".parse().expect("value"));
+        let out = response_headers(&upstream);
+        let cookies: Vec<&str> = out
+            .get_all("set-cookie")
+            .iter()
+            .map(|value| value.to_str().expect("ascii"))
+            .collect();
+        assert_eq!(cookies, ["a=1", "b=2"]);
+        assert_eq!(
+            out.get("content-length").map(|v| v.as_bytes()),
+            Some(&b"2"[..])
+        );
+        assert!(out.get("connection").is_none());
+        assert_eq!(out.len(), 4);
     }
 }
