@@ -30,13 +30,22 @@ pub const QUEUE_ENTRIES: usize = 16_384;
 const MAX_BATCH: usize = 512;
 
 /// How long the writer lets writes gather after the first of a batch,
-/// unless something waits on the batch (a compaction, a flush). Each
-/// commit costs a round of statements, and on SQLite a hand-off to its
-/// connection's thread and back for each: at 1,000 requests a second,
-/// 10 ms made 100 commits and about 1.7 context switches a request
-/// (bench/README.md, "Context switches per request"). A request's answer
-/// never waits on it.
-const LINGER: std::time::Duration = std::time::Duration::from_millis(50);
+/// unless something waits on the batch (a compaction, a flush) or enough
+/// has gathered ([`Writer::gathered_enough`]). Each commit costs a round of
+/// about six statements, and on SQLite a hand-off to its connection's
+/// thread and back for each: at 1,000 requests a second, 10 ms made 100
+/// commits and about 1.7 context switches a request, 50 ms about 0.7; at
+/// an agent's pace (a history every 50 ms) 50 ms made every request a
+/// commit of its own, 22 switches each on SQLite (bench/README.md,
+/// "Context switches per request"). A request's answer never waits on
+/// it; a crash loses what lingers, as it loses whatever is queued (the
+/// conversation's next request re-sends its messages).
+const LINGER: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The share of the queue's bytes that ends a linger early: a commit that
+/// large is not made cheaper by waiting, and the queue must not fill, and
+/// turn requests away, while the writer waits.
+const LINGER_QUEUE_SHARE: usize = 4;
 
 /// Builds the rows of a request's messages from the first not yet stored.
 pub type RowsFrom = Box<dyn FnOnce(usize) -> Vec<NewMessage> + Send>;
@@ -112,7 +121,8 @@ pub struct Writer {
     bytes: Arc<Semaphore>,
     queue_bytes: usize,
     counts: Arc<Counts>,
-    /// Told when a write someone waits on is queued.
+    /// Told when a write someone waits on is queued, or enough has
+    /// gathered for a batch.
     urgent: Arc<Notify>,
 }
 
@@ -151,7 +161,7 @@ impl Writer {
             self.counts.message_writes.fetch_sub(1, Ordering::AcqRel);
             return Err(full("messages"));
         }
-        if waited {
+        if waited || self.gathered_enough() {
             self.urgent.notify_one();
         }
         Ok(())
@@ -164,7 +174,24 @@ impl Writer {
             self.counts.records.fetch_sub(1, Ordering::AcqRel);
             return Err(full("record"));
         }
+        if self.gathered_enough() {
+            self.urgent.notify_one();
+        }
         Ok(())
+    }
+
+    /// Whether what waits makes a batch worth writing without lingering: a
+    /// full batch of writes, or a share of the queue's bytes (both counted
+    /// until written, so the batch the writer lingers on counts too).
+    fn gathered_enough(&self) -> bool {
+        let writes = self.counts.message_writes.load(Ordering::Acquire)
+            + self.counts.records.load(Ordering::Acquire);
+        writes >= MAX_BATCH || self.held_bytes() >= self.queue_bytes / LINGER_QUEUE_SHARE
+    }
+
+    /// Bytes of messages queued or being written.
+    fn held_bytes(&self) -> usize {
+        self.queue_bytes - self.bytes.available_permits().min(self.queue_bytes)
     }
 
     /// Waits until everything queued so far is written (or failed).
@@ -178,10 +205,9 @@ impl Writer {
 
     /// What waits to be written now, and what failed so far.
     pub fn backlog(&self) -> Backlog {
-        let held = self.queue_bytes - self.bytes.available_permits().min(self.queue_bytes);
         Backlog {
             message_writes: self.counts.message_writes.load(Ordering::Acquire),
-            message_bytes: held,
+            message_bytes: self.held_bytes(),
             records: self.counts.records.load(Ordering::Acquire),
             failed_writes: self.counts.failed_writes.load(Ordering::Acquire),
         }
@@ -202,8 +228,8 @@ async fn run(
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
         // Nothing waits on a write but a compaction or a flush, which cut
-        // the linger short: otherwise a few milliseconds more make the
-        // commits larger and fewer, and each costs a round of statements.
+        // the linger short: otherwise lingering makes the commits larger
+        // and fewer, and each costs a round of statements.
         if batch.len() < MAX_BATCH {
             linger(&mut jobs, &mut batch, &urgent).await;
         }
@@ -212,9 +238,10 @@ async fn run(
     }
 }
 
-/// Lets the batch gather for [`LINGER`], up to [`MAX_BATCH`] writes, or
-/// until a write someone waits on is queued. Writes queued meanwhile do
-/// not wake the writer: it takes them all at the end.
+/// Lets the batch gather for [`LINGER`], or until a write someone waits
+/// on is queued or enough has gathered, then takes up to [`MAX_BATCH`].
+/// Writes queued meanwhile do not wake the writer, but the one that makes
+/// the batch worth writing: it takes them all at the end.
 async fn linger(jobs: &mut mpsc::Receiver<Job>, batch: &mut Vec<Job>, urgent: &Notify) {
     if !batch.iter().any(Job::waited) {
         tokio::select! {
@@ -482,4 +509,89 @@ async fn commit(storage: &Storage, pending: &[Pending], records: &[RequestRecord
     };
     metrics::counter!("condenser_messages_stored_total").increment(count);
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::time::Instant;
+
+    /// A write of one message of a conversation of its own, whose `done`
+    /// tells when its batch was written.
+    fn one_message(n: u8) -> (MessageWrite, oneshot::Receiver<bool>) {
+        let tenant = TenantId::from_credential(b"salt", Some(&[n; 40]));
+        let root = ChainHash::root(&tenant, b"system");
+        let (done, written) = oneshot::channel();
+        let write = MessageWrite {
+            conversation: ConversationId::session(&tenant, &[n]),
+            tenant,
+            label: None,
+            chain: vec![root, root.next(b"user")],
+            known_stored: 0,
+            at_ms: 0,
+            rows_from: Box::new(|_| Vec::new()),
+            done,
+            waited: false,
+        };
+        (write, written)
+    }
+
+    /// Lets the writer take what is queued and start lingering.
+    async fn lingering() {
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// How long, on the runtime's paused clock, a write of `bytes` waits
+    /// for its batch, queued after `before` bytes of other writes.
+    async fn batch_wait(queue_bytes: usize, before: usize, bytes: usize) -> Duration {
+        // No database: a batch is "written" (failed) at once, so the
+        // paused clock only moves while the writer lingers.
+        let writer = Writer::start(
+            Storage::new(None, true, Duration::from_secs(5)),
+            queue_bytes,
+        );
+        let started = Instant::now();
+        let (first, _) = one_message(0);
+        writer.messages(first, before).expect("queued");
+        lingering().await;
+        let (write, written) = one_message(1);
+        writer.messages(write, bytes).expect("queued");
+        let _ = written.await;
+        started.elapsed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn small_writes_linger_for_company() {
+        assert_eq!(batch_wait(1 << 20, 1_000, 1_000).await, LINGER);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quarter_of_the_queue_is_written_without_lingering() {
+        let queue = 1 << 20;
+        assert_eq!(
+            batch_wait(queue, queue / 8, queue / 8).await,
+            Duration::ZERO,
+            "two writes that fill a quarter of the queue are a batch worth writing"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_batch_of_writes_is_written_without_lingering() {
+        let writer = Writer::start(Storage::new(None, true, Duration::from_secs(5)), 1 << 30);
+        let started = Instant::now();
+        let mut last = None;
+        for n in 0..MAX_BATCH {
+            let (write, written) = one_message((n % 251) as u8);
+            writer.messages(write, 1).expect("queued");
+            if n == 0 {
+                lingering().await;
+            }
+            last = Some(written);
+        }
+        let _ = last.expect("written").await;
+        assert_eq!(started.elapsed(), Duration::ZERO);
+    }
 }
