@@ -45,7 +45,18 @@ pub async fn relay(
 ) -> Option<Relayed> {
     let relayed = relay_answer(response, out, ended).await;
     ended.store(true, Ordering::Release);
+    taken(out).await;
     relayed
+}
+
+/// Waits until the socket's writer took every frame queued. A graceful
+/// stop waits for the request in flight, this task, not for the writer:
+/// without this wait the process could stop with the answer's last frames
+/// still queued. The writer runs on the same connection thread and writes
+/// a frame in the poll that takes it, unless the client stopped reading.
+async fn taken(out: &mpsc::Sender<Message>) {
+    // Every slot free: the writer took all; an error: the client is gone.
+    let _ = out.reserve_many(out.max_capacity()).await;
 }
 
 async fn relay_answer(
