@@ -130,10 +130,13 @@ impl Application {
                 Ok(())
             }
         };
-        drop(threads);
         // Answered requests' messages are written before exit, however
-        // long the streams took: a commit under way completes.
+        // long the streams took: a commit under way completes. Before the
+        // connection threads stop: a pooled database connection opened by
+        // a request there is driven by that thread's runtime, and the
+        // writer may take it.
         flush_before_exit(&writer, flush_deadline).await;
+        drop(threads);
         served
     }
 
