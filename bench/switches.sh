@@ -14,7 +14,9 @@
 # proxy's own threads) and CPU migrations. Workloads: the 1.5 KB chat body
 # at RATE (1,000 req/s) and the ~800 KB history at HISTORY_RATE (20).
 # Settings: DURATION (8 s per row), RATE, HISTORY_RATE, TARGETS
-# ("nginx condenser-sqlite condenser-postgres"), WORKLOADS ("small history").
+# ("nginx condenser-sqlite condenser-postgres"), WORKLOADS ("small history"),
+# PER_THREAD (1: also each kind of thread's voluntary and involuntary
+# switches a request, from /proc, over the same window).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +25,7 @@ DURATION="${DURATION:-8}"
 RATE="${RATE:-1000}"
 HISTORY_RATE="${HISTORY_RATE:-20}"
 BASELINE_BIN="${BASELINE_BIN:-}"
+PER_THREAD="${PER_THREAD:-}"
 TARGETS="${TARGETS:-nginx condenser-sqlite condenser-postgres${BASELINE_BIN:+ baseline-sqlite baseline-postgres}}"
 WORKLOADS="${WORKLOADS:-small history}"
 PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
@@ -103,12 +106,14 @@ row() { # target pids workload rate body
   local url="http://127.0.0.1:$port/v1/chat/completions"
   # Warm-up: threads started, pools filled, conversations stored.
   target/release/loadgen --url "$url" --rate "$rate" --duration 2 --workload fixed --body "$body" >/dev/null
+  [ -z "$PER_THREAD" ] || threads "$processes" >"$work/threads-before-$target-$workload"
   perf stat -x, -e "$EVENTS" -p "$(echo "$processes" | xargs | tr ' ' ',')" \
     -o "$work/stat-$target-$workload.csv" -- sleep "$DURATION" &
   local recorder=$!
   target/release/loadgen --url "$url" --rate "$rate" --duration "$DURATION" \
     --workload fixed --body "$body" >"$work/load-$target-$workload.json"
   wait "$recorder"
+  [ -z "$PER_THREAD" ] || threads "$processes" >"$work/threads-after-$target-$workload"
   python3 - "$target" "$workload" "$work/load-$target-$workload.json" \
     "$work/stat-$target-$workload.csv" "$DURATION" <<'EOF'
 import csv, json, sys
@@ -123,6 +128,42 @@ per = lambda name: counts.get(name, float("nan")) / requests
 print(f"{target:20} {workload:8} {load['achieved_rate']:8.0f} req/s  p50 {load['latency_us']['p50']:6} us  "
       f"switches/req {per('context-switches'):6.2f}  wakeups/req {per('sched:sched_wakeup'):6.2f}  "
       f"migrations/req {per('cpu-migrations'):5.3f}")
+EOF
+  [ -z "$PER_THREAD" ] || per_thread "$work/threads-before-$target-$workload" \
+    "$work/threads-after-$target-$workload" "$work/load-$target-$workload.json" "$DURATION"
+}
+
+threads() { # pids: one line per thread: name, voluntary and involuntary switches so far
+  local pid task
+  for pid in $1; do
+    for task in /proc/"$pid"/task/*; do
+      printf '%s %s %s\n' "$(tr ' ' _ <"$task/comm")" \
+        "$(awk '/^voluntary_ctxt_switches/ {print $2}' "$task/status")" \
+        "$(awk '/^nonvoluntary_ctxt_switches/ {print $2}' "$task/status")"
+    done
+  done
+}
+
+per_thread() { # before after load duration: switches a request by thread name
+  python3 - "$@" <<'EOF'
+import collections, json, re, sys
+before, after, load, duration = sys.argv[1:]
+requests = json.load(open(load))["achieved_rate"] * float(duration)
+def read(path):
+    counts = collections.defaultdict(lambda: [0, 0])
+    for line in open(path):
+        name, voluntary, involuntary = line.split()
+        # condenser-conn-0 and -1 (and nginx's workers): one row per kind of thread
+        name = re.sub(r"[-_]?\d+$", "", name)
+        counts[name][0] += int(voluntary)
+        counts[name][1] += int(involuntary)
+    return counts
+was, now = read(before), read(after)
+for name in sorted(now):
+    voluntary = (now[name][0] - was[name][0]) / requests
+    involuntary = (now[name][1] - was[name][1]) / requests
+    if voluntary + involuntary >= 0.005:
+        print(f"    {name:24} voluntary/req {voluntary:6.3f}  involuntary/req {involuntary:6.3f}")
 EOF
 }
 
