@@ -165,6 +165,10 @@ pub struct StorageSettings {
     /// forwarded unstored (degraded) and its next request stores them.
     #[serde(default = "defaults::write_queue_bytes")]
     pub write_queue_bytes: usize,
+    /// How long a group commit gathers writes before it is made: longer
+    /// is fewer commits, shorter is less lost in a crash.
+    #[serde(default = "defaults::write_linger", with = "humantime_serde")]
+    pub write_linger: Duration,
     /// On shutdown, how long what is queued may take to be written once
     /// the requests in flight are done, or `shutdown_grace` is over.
     #[serde(default = "defaults::flush_deadline", with = "humantime_serde")]

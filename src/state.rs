@@ -53,7 +53,11 @@ impl AppState {
         let storage = open_storage(&settings).await?;
         remember_the_store(&settings.database_url, &storage).await;
         let item_key = item_key(&settings, &storage).await;
-        let writer = Writer::start(storage.clone(), settings.storage.write_queue_bytes);
+        let writer = Writer::start(
+            storage.clone(),
+            settings.storage.write_queue_bytes,
+            settings.storage.write_linger,
+        );
         let background = tokio_util::task::TaskTracker::new();
         let sizes = Sizes::new(
             settings.context_windows.clone().into_iter().collect(),

@@ -131,6 +131,12 @@ impl Settings {
                 "must be more than zero",
             ));
         }
+        if self.storage.write_linger > Duration::from_secs(10) {
+            return Err(ConfigError::invalid(
+                "storage.write_linger",
+                "must be at most 10s",
+            ));
+        }
         let flush = self.storage.flush_deadline;
         if !(Duration::from_millis(1)..=Duration::from_secs(600)).contains(&flush) {
             return Err(ConfigError::invalid(

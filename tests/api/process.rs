@@ -28,6 +28,17 @@ fn a_bad_setting_fails_at_start_with_one_line_naming_the_key() {
         stderr.contains("openai_base_url: must be an http or https URL"),
         "{stderr}"
     );
+
+    let output = binary()
+        .arg("check-config")
+        .env("CONDENSER__STORAGE__WRITE_LINGER", "1h")
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("storage.write_linger: must be at most 10s"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -19,6 +19,7 @@ use crate::conversation::{ChainHash, ConversationId, TenantId};
 use crate::store::Storage;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
@@ -28,19 +29,6 @@ pub const QUEUE_ENTRIES: usize = 16_384;
 /// Writes per transaction: large enough that a busy instance commits a few
 /// dozen times a second, small enough that one commit stays short.
 const MAX_BATCH: usize = 512;
-
-/// How long the writer lets writes gather after the first of a batch,
-/// unless something waits on the batch (a compaction, a flush) or enough
-/// has gathered ([`Writer::gathered_enough`]). Each commit costs a round of
-/// about six statements, and on SQLite a hand-off to its connection's
-/// thread and back for each: at 1,000 requests a second, 10 ms made 100
-/// commits and about 1.7 context switches a request, 50 ms about 0.7; at
-/// an agent's pace (a history every 50 ms) 50 ms made every request a
-/// commit of its own, 22 switches each on SQLite (bench/README.md,
-/// "Context switches per request"). A request's answer never waits on
-/// it; a crash loses what lingers, as it loses whatever is queued (the
-/// conversation's next request re-sends its messages).
-const LINGER: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// The share of the queue's bytes that ends a linger early: a commit that
 /// large is not made cheaper by waiting, and the queue must not fill, and
@@ -128,12 +116,24 @@ pub struct Writer {
 
 impl Writer {
     /// Starts the writer task for `storage`, holding at most `queue_bytes`
-    /// of messages.
-    pub fn start(storage: Storage, queue_bytes: usize) -> Self {
+    /// of messages, letting each commit gather for up to `linger`.
+    ///
+    /// The writer lets writes gather after the first of a batch, unless
+    /// something waits on the batch (a compaction, a flush) or enough has
+    /// gathered ([`Writer::gathered_enough`]). Each commit costs a round of
+    /// about six statements, and on SQLite a hand-off to its connection's
+    /// thread and back for each: at 1,000 requests a second, 10 ms made 100
+    /// commits and about 1.7 context switches a request, 50 ms about 0.7;
+    /// at an agent's pace (a history every 50 ms) 50 ms made every request
+    /// a commit of its own, 22 switches each on SQLite (bench/README.md,
+    /// "Context switches per request"). A request's answer never waits on
+    /// it; a crash loses what lingers, as it loses whatever is queued (the
+    /// conversation's next request re-sends its messages).
+    pub fn start(storage: Storage, queue_bytes: usize, linger: Duration) -> Self {
         let (queue, jobs) = mpsc::channel(QUEUE_ENTRIES);
         let counts = Arc::new(Counts::default());
         let urgent = Arc::new(Notify::new());
-        let writing = run(storage, jobs, counts.clone(), urgent.clone());
+        let writing = run(storage, jobs, counts.clone(), urgent.clone(), linger);
         tokio::spawn(writing.in_current_span());
         let queue_bytes = queue_bytes.clamp(1, Semaphore::MAX_PERMITS);
         Self {
@@ -224,6 +224,7 @@ async fn run(
     mut jobs: mpsc::Receiver<Job>,
     counts: Arc<Counts>,
     urgent: Arc<Notify>,
+    lingering: Duration,
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
@@ -231,21 +232,26 @@ async fn run(
         // the linger short: otherwise lingering makes the commits larger
         // and fewer, and each costs a round of statements.
         if batch.len() < MAX_BATCH {
-            linger(&mut jobs, &mut batch, &urgent).await;
+            linger(&mut jobs, &mut batch, &urgent, lingering).await;
         }
         metrics::histogram!("condenser_write_batch_size").record(batch.len() as f64);
         write(&storage, std::mem::take(&mut batch), &counts).await;
     }
 }
 
-/// Lets the batch gather for [`LINGER`], or until a write someone waits
+/// Lets the batch gather for `lingering`, or until a write someone waits
 /// on is queued or enough has gathered, then takes up to [`MAX_BATCH`].
 /// Writes queued meanwhile do not wake the writer, but the one that makes
 /// the batch worth writing: it takes them all at the end.
-async fn linger(jobs: &mut mpsc::Receiver<Job>, batch: &mut Vec<Job>, urgent: &Notify) {
-    if !batch.iter().any(Job::waited) {
+async fn linger(
+    jobs: &mut mpsc::Receiver<Job>,
+    batch: &mut Vec<Job>,
+    urgent: &Notify,
+    lingering: Duration,
+) {
+    if !lingering.is_zero() && !batch.iter().any(Job::waited) {
         tokio::select! {
-            () = tokio::time::sleep(LINGER) => {}
+            () = tokio::time::sleep(lingering) => {}
             () = urgent.notified() => {}
         }
     }
@@ -514,8 +520,9 @@ async fn commit(storage: &Storage, pending: &[Pending], records: &[RequestRecord
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
     use tokio::time::Instant;
+
+    const LINGER: Duration = Duration::from_millis(200);
 
     /// A write of one message of a conversation of its own, whose `done`
     /// tells when its batch was written.
@@ -552,6 +559,7 @@ mod tests {
         let writer = Writer::start(
             Storage::new(None, true, Duration::from_secs(5)),
             queue_bytes,
+            LINGER,
         );
         let started = Instant::now();
         let (first, _) = one_message(0);
@@ -569,6 +577,19 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn the_linger_is_the_one_configured() {
+        for linger in [Duration::ZERO, Duration::from_millis(30)] {
+            let storage = Storage::new(None, true, Duration::from_secs(5));
+            let writer = Writer::start(storage, 1 << 20, linger);
+            let started = Instant::now();
+            let (write, written) = one_message(0);
+            writer.messages(write, 1_000).expect("queued");
+            let _ = written.await;
+            assert_eq!(started.elapsed(), linger);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_quarter_of_the_queue_is_written_without_lingering() {
         let queue = 1 << 20;
         assert_eq!(
@@ -580,7 +601,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_full_batch_of_writes_is_written_without_lingering() {
-        let writer = Writer::start(Storage::new(None, true, Duration::from_secs(5)), 1 << 30);
+        let storage = Storage::new(None, true, Duration::from_secs(5));
+        let writer = Writer::start(storage, 1 << 30, LINGER);
         let started = Instant::now();
         let mut last = None;
         for n in 0..MAX_BATCH {
