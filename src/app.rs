@@ -52,7 +52,10 @@ impl Application {
         let shutdown_grace = settings.shutdown_grace;
         let flush_deadline = settings.storage.flush_deadline;
         let server = settings.server.clone();
-        let threads = ConnectionThreads::start(threads::count(server.connection_threads))?;
+        let threads = ConnectionThreads::start(
+            threads::count(server.connection_threads),
+            server.connection_thread_slice,
+        )?;
         let state = AppState::new(settings).await?;
         crate::maintenance::spawn(&state.storage, &state.settings.storage);
         let background = state.background.clone();

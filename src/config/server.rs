@@ -36,6 +36,10 @@ pub struct ServerSettings {
     /// them; 0, one per CPU the process may use.
     #[serde(default)]
     pub connection_threads: usize,
+    /// The scheduling slice each connection thread asks the kernel for
+    /// (Linux 6.12 and later); zero keeps the kernel's default.
+    #[serde(default = "connection_thread_slice", with = "humantime_serde")]
+    pub connection_thread_slice: Duration,
     /// Chat request bodies read and parsed at once, weighed in bytes of the
     /// costliest shape (`http/weight.rs`); unset, derived from the memory
     /// available (see [`ServerSettings::inflight_body_budget`]).
@@ -80,6 +84,14 @@ fn body_read_timeout() -> Duration {
 fn body_total_timeout() -> Duration {
     Duration::from_secs(300)
 }
+/// About one small request's burst of work on a connection thread (50 to
+/// 150 µs here), with room: a slice much shorter than a thread's bursts
+/// preempts it for nothing, a longer one lets the peers it wakes preempt
+/// it (`threads::ask_for_slice`; bench/README.md, "Context switches per
+/// request").
+fn connection_thread_slice() -> Duration {
+    Duration::from_micros(300)
+}
 /// Lowered at start to what the file-descriptor limit allows.
 fn max_connections() -> usize {
     4096
@@ -121,6 +133,7 @@ impl Default for ServerSettings {
             body_total_timeout: body_total_timeout(),
             max_connections: max_connections(),
             connection_threads: 0,
+            connection_thread_slice: connection_thread_slice(),
             max_inflight_body_bytes: None,
             responses_websocket: responses_websocket(),
             websocket_max_frame_bytes: None,
@@ -164,6 +177,15 @@ impl ServerSettings {
             if value.is_zero() {
                 return Err(ConfigError::invalid(key, "must be longer than 0s"));
             }
+        }
+        let slice = self.connection_thread_slice;
+        if !slice.is_zero()
+            && !(Duration::from_micros(100)..=Duration::from_millis(100)).contains(&slice)
+        {
+            return Err(ConfigError::invalid(
+                "server.connection_thread_slice",
+                "must be 0s (the kernel's default) or between 100us and 100ms",
+            ));
         }
         if self.header_read_timeout_at_cap > self.header_read_timeout {
             return Err(ConfigError::invalid(
