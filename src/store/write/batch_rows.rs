@@ -22,10 +22,10 @@
 //! Either way the row source is named `r`, with the same columns on both
 //! backends, and its parameters come after the statement's own.
 
+use super::cells::{row_cells, Cell};
 use crate::conversation::ChainHash;
 use crate::store::Backend;
 use serde::{Serialize, Serializer};
-use serde_json::Value;
 use sqlx::any::AnyArguments;
 use sqlx::Arguments;
 use std::sync::OnceLock;
@@ -203,12 +203,11 @@ fn bind_cells<T: Serialize>(
         rows.len(),
         columns.len()
     );
+    let mut cells = Vec::with_capacity(columns.len());
     for row in rows {
-        let Value::Object(mut fields) = serde_json::to_value(row).map_err(encode_error)? else {
-            return Err(encode_error("a batch row is a struct"));
-        };
-        for (name, _) in columns {
-            add_cell(arguments, fields.remove(*name).unwrap_or(Value::Null))?;
+        row_cells(row, columns, &mut cells).map_err(encode_error)?;
+        for cell in cells.drain(..) {
+            add_cell(arguments, cell)?;
         }
     }
     for _ in 0..(padded - rows.len()) * columns.len() {
@@ -217,18 +216,12 @@ fn bind_cells<T: Serialize>(
     Ok(())
 }
 
-/// One cell as SQLite's `->>` read it from JSON: numbers as numbers, text
-/// as text, objects and arrays as their JSON text.
-fn add_cell(arguments: &mut AnyArguments<'_>, cell: Value) -> Result<(), sqlx::Error> {
+fn add_cell(arguments: &mut AnyArguments<'_>, cell: Cell) -> Result<(), sqlx::Error> {
     match cell {
-        Value::Null => add(arguments, None::<i64>),
-        Value::Bool(flag) => add(arguments, i64::from(flag)),
-        Value::Number(number) => match number.as_i64() {
-            Some(integer) => add(arguments, integer),
-            None => add(arguments, number.as_f64().unwrap_or(f64::NAN)),
-        },
-        Value::String(text) => add(arguments, text),
-        nested => add(arguments, nested.to_string()),
+        Cell::Null => add(arguments, None::<i64>),
+        Cell::Integer(integer) => add(arguments, integer),
+        Cell::Real(real) => add(arguments, real),
+        Cell::Text(text) => add(arguments, text),
     }
 }
 

@@ -8,7 +8,7 @@
 //! (`compactions`), the request's figures (`requests`) and learned model
 //! sizes (`limits`); written in group commits off the request path
 //! (`writer`), one transaction each (`commit`), bound in batches
-//! (`batch_rows`).
+//! (`batch_rows`, each row's cells made by `cells`).
 //!
 //! Deleting conversations and pruning dead ends is writing too
 //! (`lifecycle`): it deletes rows the writes above insert, under the same
@@ -17,6 +17,7 @@
 //! rather than with the instance coordination that schedules it.
 
 pub(super) mod batch_rows;
+mod cells;
 mod commit;
 pub(super) mod compactions;
 pub(super) mod conversations;
