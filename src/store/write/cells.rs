@@ -8,9 +8,11 @@
 //! row's JSON when rows went as JSON (`batch_rows`): numbers as numbers,
 //! text as text, anything nested as its JSON text.
 
-use super::batch_rows::Column;
 use serde::ser::{self, Impossible, Serialize, SerializeStruct, Serializer};
 use std::fmt;
+
+/// A column of a row source, its name first (`batch_rows::Column`).
+type Column = (&'static str, &'static str);
 
 /// One bound cell.
 #[derive(Debug, Clone, PartialEq)]
