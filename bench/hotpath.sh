@@ -343,6 +343,8 @@ for workload in $WORKLOADS; do
 done
 
 commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src migrations Cargo.toml Cargo.lock || echo '+changes') (src last changed in $(git log -1 --format=%h -- src))"
+# The raw rows first: a run is never lost to its report.
+cp "$work/rows.jsonl" "${OUT%.json}.rows.jsonl"
 python3 bench/hotpath_report.py report "$work/rows.jsonl" "$OUT" "$(getconf CLK_TCK)" \
   "$commit" "$P99_BOUND_MS" "$MIN_ACHIEVED" "$(( $(date +%s) - started ))" \
   "DURATION=$DURATION RATES='$RATES' HISTORY_RATE=$HISTORY_RATE CONNECTIONS=$CONNECTIONS MAX_DURATION=$MAX_DURATION MAX_STEPS=$MAX_STEPS MAX_RATE_CAP=$MAX_RATE_CAP MAX_CONFIRM=$MAX_CONFIRM MAX_REPEATS=$MAX_REPEATS REPEATS=$REPEATS BASELINE_BIN=$BASELINE_BIN GROWING_ARGS=$GROWING_ARGS PG_PARAMS=$PG_PARAMS; load average at start $load_start, at end $(cut -d' ' -f1-3 /proc/loadavg)"

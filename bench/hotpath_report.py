@@ -119,10 +119,13 @@ def enrich(rows, ticks_per_second, p99_bound_ms, min_achieved):
             else round(row["db_cpu_ticks"] * 1000 / ticks_per_second / served, 3)
         )
         row["sustained"] = is_sustained(row, p99_bound_ms, min_achieved)
+        # Read from direct's own load generator output: its row may come
+        # later in the list (targets take turns), not yet enriched.
         base = direct.get(key(row))
-        if base and row["target"] != "direct" and row["p50_us"] is not None and base["p50_us"] is not None:
-            row["added_p50_us"] = row["p50_us"] - base["p50_us"]
-            row["added_p99_us"] = row["p99_us"] - base["p99_us"]
+        base_p50, base_p99 = (lat(base, "p50"), lat(base, "p99")) if base else (None, None)
+        if row["target"] != "direct" and row["p50_us"] is not None and base_p50 is not None:
+            row["added_p50_us"] = row["p50_us"] - base_p50
+            row["added_p99_us"] = row["p99_us"] - base_p99
         else:
             row["added_p50_us"] = row["added_p99_us"] = None
     return rows
