@@ -20,7 +20,9 @@ pub mod openai;
 mod provider;
 mod registry;
 mod request;
+mod resent;
 pub mod responses;
+mod scan;
 mod served;
 pub mod vertex;
 

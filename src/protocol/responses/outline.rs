@@ -10,7 +10,7 @@
 
 use super::{units, STATEFUL, SYSTEM_ROLES};
 use crate::protocol::head::ItemHead;
-use crate::protocol::request::split;
+use crate::protocol::resent::split;
 use crate::protocol::{ChatRequest, Outline, Span};
 use bytes::Bytes;
 use serde_json::{json, Map, Value};

@@ -1,0 +1,518 @@
+//! Step 2, identify: a re-sent list, found by its bytes.
+//!
+//! Agents re-send their whole history on every turn, so a large body
+//! usually begins with an earlier body's bytes up to one of its messages.
+//! Finding where a list's items are ([`super::request::split`]) scans
+//! every string in them, byte by byte for escapes: for an 800 KB history,
+//! two thirds of all the instructions the request costs. So the spans of a
+//! large body's list are remembered here, under digests of the body's
+//! leading bytes, and a later body that begins with the same bytes takes
+//! the spans of the items they hold and scans only what follows.
+//!
+//! Equal bytes scan the same way, so the spans found are those a whole
+//! scan would find. What follows the last shared item is read by serde_json
+//! as a document of its own, `{"<list>":[0` and the rest of the body, at
+//! the same depth as in the body, and the fields before the list as the
+//! body's start closed with `[]}`; either failing sends the body to the
+//! whole scan. An item is shared only if it ends on a byte that ends a
+//! value whatever follows (`}`, `]`, `"`): a number's end depends on the
+//! byte after it.
+//!
+//! The digests are 128-bit XXH3 under a secret drawn at start-up, of the
+//! list's name and the bytes from the body's start (as identity's memo,
+//! `conversation::memo`): equal digests are equal bytes, and a client
+//! cannot craft a collision. Nothing of a body is kept but offsets and
+//! digests.
+//!
+//! A body is found by the digests of its first 16 KB, 32 KB, 64 KB, …
+//! (doubling, up to its last item): the longest of them an earlier body
+//! was kept under names the earlier body that shares the most with it,
+//! even when many conversations begin with the same system prompt.
+
+use quick_cache::sync::Cache;
+use quick_cache::Weighter;
+use serde_json::{Map, Value};
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
+use xxhash_rust::xxh3::Xxh3;
+
+use super::scan::{split_whole, Spans};
+
+/// Bodies shorter than this are scanned whole: their scan costs less than
+/// the digests, and they are not kept.
+const SHORTEST: usize = 16 * 1024;
+
+/// Bytes of kept spans and digests (40 an item): the lists of about 4,000
+/// histories of 200 messages.
+const KEPT_BYTES: u64 = 32 * 1024 * 1024;
+
+/// The lists of large bodies seen lately, shared by every request.
+pub(super) struct Resent {
+    /// Each kept list under the digest of each of its levels.
+    levels: Cache<u128, Arc<Kept>, KeptBytes>,
+    /// A hasher holding the per-process secret, cloned for every body.
+    hasher: Xxh3,
+}
+
+/// A body read from a kept one: its fields, its items' spans, and what
+/// keeping it takes over from the kept one.
+pub(super) struct Resumed {
+    pub body: Map<String, Value>,
+    pub spans: Spans,
+    shared: Shared,
+}
+
+/// What a body shares with a kept one: the first `items` of its items,
+/// and the hasher's state at the end of the last of them when it was
+/// left there (`None` when the comparison had gone past it).
+struct Shared {
+    kept: Arc<Kept>,
+    items: usize,
+    hasher: Option<Xxh3>,
+}
+
+impl Resumed {
+    /// Whether the body has items the kept one had not: then it is kept
+    /// in its turn, for the body that will grow from it.
+    pub(super) fn grew(&self) -> bool {
+        self.shared.items < self.spans.len()
+    }
+}
+
+/// A body's list as kept: where it opens, its items, and the digests of
+/// the body's bytes up to each item's end and up to each of its levels.
+struct Kept {
+    list_start: usize,
+    items: Spans,
+    digests: Vec<u128>,
+    levels: Vec<u128>,
+}
+
+/// Where keeping a body's digests starts: from its first byte, or from
+/// the end of the items it shares with a kept body.
+struct Start {
+    hasher: Xxh3,
+    at: usize,
+    digests: Vec<u128>,
+    levels: Vec<u128>,
+}
+
+#[derive(Clone)]
+struct KeptBytes;
+
+impl Weighter<u128, Arc<Kept>> for KeptBytes {
+    fn weight(&self, _key: &u128, kept: &Arc<Kept>) -> u64 {
+        // Shared by its levels, a kept list is counted under each: the
+        // bound is on the worst case.
+        (kept.items.len() * 40 + kept.levels.len() * 16 + 64) as u64
+    }
+}
+
+/// What [`split_whole`] finds in `text`: a large body that begins with an
+/// earlier one's bytes is read from the earlier one's spans up to there.
+pub(crate) fn split(text: &[u8], list: &str) -> Option<(Map<String, Value>, Option<Spans>)> {
+    let resent = resent();
+    if let Some(resumed) = resent.resume(text, list) {
+        if resumed.grew() {
+            resent.remember_resumed(text, list, &resumed);
+        }
+        return Some((resumed.body, Some(resumed.spans)));
+    }
+    let (body, spans) = split_whole(text, list)?;
+    if let Some(spans) = &spans {
+        resent.remember(text, list, spans);
+    }
+    Some((body, spans))
+}
+
+/// The process's memo.
+pub(super) fn resent() -> &'static Resent {
+    static RESENT: OnceLock<Resent> = OnceLock::new();
+    RESENT.get_or_init(|| Resent::new(KEPT_BYTES))
+}
+
+impl Resent {
+    fn new(bytes: u64) -> Self {
+        let mut secret = [0u8; 192];
+        getrandom::fill(&mut secret).expect("the operating system's random source is available");
+        // Estimated items only size the table up front; weight bounds it.
+        let estimated = (bytes / 8192).max(16) as usize;
+        Self {
+            levels: Cache::with_weighter(estimated, bytes.max(1), KeptBytes),
+            hasher: Xxh3::with_secret(secret),
+        }
+    }
+
+    /// `text`'s fields (the list's place null) and the spans of the list's
+    /// items, as [`super::request::split`] finds them, from a kept body
+    /// that begins with the same bytes. `None` when none does, or what
+    /// follows does not read as the rest of the body: the caller then
+    /// scans it whole.
+    pub(super) fn resume(&self, text: &[u8], list: &str) -> Option<Resumed> {
+        if text.len() < SHORTEST {
+            return None;
+        }
+        let shared = self.shared_items(text, list)?;
+        let kept = &shared.kept;
+        let end = kept.items[shared.items - 1].end;
+        let (mut body, tail) = split_rest(&text[end..], end, list)?;
+        let before = [&text[..kept.list_start], b"[]}"].concat();
+        let (fields, items) = split_whole(&before, list)?;
+        if items.is_none_or(|items| !items.is_empty()) {
+            return None;
+        }
+        // The fields before the list keep their places; one repeated after
+        // it takes its last value, as a whole scan does.
+        let after = std::mem::replace(&mut body, fields);
+        for (key, value) in after {
+            if key != list {
+                body.insert(key, value);
+            }
+        }
+        let mut spans = kept.items[..shared.items].to_vec();
+        spans.extend(tail);
+        Some(Resumed {
+            body,
+            spans,
+            shared,
+        })
+    }
+
+    /// Keeps `items`, the spans of `text`'s list under `list`, for the
+    /// bodies that will begin with the same bytes.
+    pub(super) fn remember(&self, text: &[u8], list: &str, items: &[Range<usize>]) {
+        let start = Start {
+            hasher: self.hasher_for(list),
+            at: 0,
+            digests: Vec::with_capacity(items.len()),
+            levels: Vec::new(),
+        };
+        self.keep(text, items, start);
+    }
+
+    /// Keeps a body read from a kept one, hashing only what follows the
+    /// items they share (when the comparison left the hasher there).
+    pub(super) fn remember_resumed(&self, text: &[u8], list: &str, resumed: &Resumed) {
+        let Shared {
+            kept,
+            items,
+            hasher,
+        } = &resumed.shared;
+        let Some(hasher) = hasher.clone() else {
+            return self.remember(text, list, &resumed.spans);
+        };
+        let at = kept.items[*items - 1].end;
+        let start = Start {
+            hasher,
+            at,
+            digests: kept.digests[..*items].to_vec(),
+            levels: kept.levels[..levels(at).len()].to_vec(),
+        };
+        self.keep(text, &resumed.spans, start);
+    }
+
+    fn keep(&self, text: &[u8], items: &[Range<usize>], start: Start) {
+        let Some(last) = items.last() else { return };
+        if text.len() < SHORTEST {
+            return;
+        }
+        let Some(list_start) = list_start(text, items[0].start) else {
+            return;
+        };
+        let Start {
+            mut hasher,
+            mut at,
+            mut digests,
+            levels: mut level_digests,
+        } = start;
+        let mut digest_at = |offset: usize, hasher: &mut Xxh3| {
+            hasher.update(&text[at..offset]);
+            at = offset;
+            hasher.digest128()
+        };
+        let levels = levels(last.end);
+        let mut next_level = levels[level_digests.len()..].iter().peekable();
+        for item in &items[digests.len()..] {
+            while let Some(&&level) = next_level.peek().filter(|&&&level| level <= item.end) {
+                level_digests.push(digest_at(level, &mut hasher));
+                next_level.next();
+            }
+            digests.push(digest_at(item.end, &mut hasher));
+        }
+        let kept = Arc::new(Kept {
+            list_start,
+            items: items.to_vec(),
+            digests,
+            levels: level_digests,
+        });
+        for digest in &kept.levels {
+            self.levels.insert(*digest, Arc::clone(&kept));
+        }
+    }
+
+    /// The kept body that shares the most with `text`, and how many of its
+    /// items `text` begins with.
+    fn shared_items(&self, text: &[u8], list: &str) -> Option<Shared> {
+        let mut hasher = self.hasher_for(list);
+        let mut at = 0;
+        let mut found = None;
+        for level in levels(text.len()) {
+            hasher.update(&text[at..level]);
+            at = level;
+            match self.levels.get(&hasher.digest128()) {
+                Some(kept) => found = Some((kept, level, hasher.clone())),
+                None => break,
+            }
+        }
+        let (kept, level, mut hasher) = found?;
+        // The items ending within the level are the same bytes; those
+        // after it are compared one by one.
+        let mut items = kept.items.partition_point(|item| item.end <= level);
+        let mut at = level;
+        // The hasher's state at the end of the last item found the same.
+        let mut at_end = None;
+        for (item, digest) in kept.items.iter().zip(&kept.digests).skip(items) {
+            if item.end >= text.len() {
+                break;
+            }
+            hasher.update(&text[at..item.end]);
+            at = item.end;
+            if hasher.digest128() != *digest {
+                break;
+            }
+            items += 1;
+            at_end = Some(hasher.clone());
+        }
+        let delimited = |items: usize| ends_a_value(text[kept.items[items - 1].end - 1]);
+        if items > 0 && !delimited(items) {
+            at_end = None;
+            while items > 0 && !delimited(items) {
+                items -= 1;
+            }
+        }
+        (items > 0).then_some(Shared {
+            kept,
+            items,
+            hasher: at_end,
+        })
+    }
+
+    fn hasher_for(&self, list: &str) -> Xxh3 {
+        let mut hasher = self.hasher.clone();
+        hasher.update(&(list.len() as u64).to_le_bytes());
+        hasher.update(list.as_bytes());
+        hasher
+    }
+}
+
+/// The offsets a body of `len` bytes is kept and looked for under.
+fn levels(len: usize) -> Vec<usize> {
+    std::iter::successors(Some(SHORTEST), |level| level.checked_mul(2))
+        .take_while(|&level| level <= len)
+        .collect()
+}
+
+/// Where the list whose first item starts at `first` opens: its `[`.
+fn list_start(text: &[u8], first: usize) -> Option<usize> {
+    let before = text[..first].trim_ascii_end();
+    (before.last() == Some(&b'[')).then(|| before.len() - 1)
+}
+
+/// Whether a value ending on `byte` ends there whatever follows.
+fn ends_a_value(byte: u8) -> bool {
+    matches!(byte, b'}' | b']' | b'"')
+}
+
+/// The fields and the list's items in `rest`, what follows an item that
+/// ends at `offset` of the body: read as `{"<list>":[0` followed by
+/// `rest`, so that its items are as deep as in the body. The spans are
+/// the body's; `None` unless the list is still the one `rest` continues
+/// (a repeated list key after it would replace it).
+fn split_rest(rest: &[u8], offset: usize, list: &str) -> Option<(Map<String, Value>, Spans)> {
+    let name = serde_json::to_string(list).ok()?;
+    let opening = [b"{", name.as_bytes(), b":[0"].concat();
+    let document = [opening.as_slice(), rest].concat();
+    let (body, items) = split_whole(&document, list)?;
+    let mut items = items?.into_iter();
+    let placeholder = opening.len() - 1..opening.len();
+    if items.next()? != placeholder {
+        return None;
+    }
+    let shift = |at: usize| at - opening.len() + offset;
+    let spans = items
+        .map(|item| shift(item.start)..shift(item.end))
+        .collect();
+    Some((body, spans))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(messages: &[String], after: &str) -> Vec<u8> {
+        format!(
+            r#"{{"model":"m","temperature":0.5,"messages":[{}]{after}}}"#,
+            messages.join(", ")
+        )
+        .into_bytes()
+    }
+
+    fn message(index: usize) -> String {
+        let content = format!("line {index}\\n\\\"quoted\\\" ").repeat(300);
+        format!(r#"{{"role":"user","content":"{content}"}}"#)
+    }
+
+    fn history(count: usize) -> Vec<String> {
+        (0..count).map(message).collect()
+    }
+
+    /// Remembers `first`, then reads `second` from it, and checks the
+    /// result is what a whole scan finds.
+    fn resumed(first: &[u8], second: &[u8]) -> Option<(Map<String, Value>, Spans)> {
+        let resent = Resent::new(KEPT_BYTES);
+        let (_, items) = split_whole(first, "messages").expect("a JSON object");
+        resent.remember(first, "messages", &items.expect("a list"));
+        let found = resent
+            .resume(second, "messages")
+            .map(|resumed| (resumed.body, resumed.spans));
+        if let Some((fields, spans)) = &found {
+            let (whole_fields, whole_spans) =
+                split_whole(second, "messages").expect("a JSON object");
+            assert_eq!(Some(spans), whole_spans.as_ref());
+            assert_eq!(
+                serde_json::to_string(fields).expect("a map"),
+                serde_json::to_string(&whole_fields).expect("a map")
+            );
+        }
+        found
+    }
+
+    #[test]
+    fn a_history_sent_again_is_read_from_the_kept_spans() {
+        let text = body(&history(40), r#","stream":true"#);
+        let (_, spans) = resumed(&text, &text).expect("the same bytes are found");
+        assert_eq!(spans.len(), 40);
+    }
+
+    #[test]
+    fn a_grown_history_scans_only_its_new_items() {
+        let first = body(&history(40), "");
+        let second = body(&history(43), r#","tools":[{"name":"x"}],"messages_seen":1"#);
+        let (fields, spans) = resumed(&first, &second).expect("the shared items are found");
+        assert_eq!(spans.len(), 43);
+        let keys: Vec<&String> = fields.keys().collect();
+        assert_eq!(
+            keys,
+            ["model", "temperature", "messages", "tools", "messages_seen"]
+        );
+        assert_eq!(fields["messages"], Value::Null);
+    }
+
+    #[test]
+    fn a_grown_history_is_kept_for_the_next_turn() {
+        let resent = Resent::new(KEPT_BYTES);
+        let turns: Vec<Vec<u8>> = [40, 43, 46].map(|count| body(&history(count), "")).into();
+        let (_, items) = split_whole(&turns[0], "messages").expect("a JSON object");
+        resent.remember(&turns[0], "messages", &items.expect("a list"));
+        let second = resent.resume(&turns[1], "messages").expect("found");
+        assert_eq!(second.shared.items, 40);
+        assert!(second.shared.hasher.is_some(), "hashed on from item 40");
+        assert!(second.grew());
+        resent.remember_resumed(&turns[1], "messages", &second);
+        let third = resent.resume(&turns[2], "messages").expect("found");
+        assert_eq!(
+            third.shared.items, 43,
+            "found as the second turn, not the first"
+        );
+        // Kept from the first turn's digests on, the second turn's are
+        // those of keeping it whole.
+        let whole = Resent {
+            levels: Cache::with_weighter(16, KEPT_BYTES, KeptBytes),
+            hasher: resent.hasher.clone(),
+        };
+        whole.remember(&turns[1], "messages", &second.spans);
+        let kept = whole
+            .shared_items(&turns[2], "messages")
+            .expect("found")
+            .kept;
+        assert_eq!(kept.digests, third.shared.kept.digests);
+        assert_eq!(kept.levels, third.shared.kept.levels);
+    }
+
+    #[test]
+    fn a_changed_item_ends_what_is_shared() {
+        let first = body(&history(40), "");
+        let mut messages = history(41);
+        messages[30] = message(1000);
+        let (_, spans) = resumed(&first, &body(&messages, "")).expect("30 items are shared");
+        assert_eq!(spans.len(), 41);
+    }
+
+    #[test]
+    fn a_body_that_begins_otherwise_is_not_found() {
+        let first = body(&history(40), "");
+        let mut messages = history(40);
+        messages[0] = message(1000);
+        assert!(resumed(&first, &body(&messages, "")).is_none());
+        let other = String::from_utf8(body(&history(40), "")).expect("UTF-8");
+        let other = other.replacen(r#""model":"m""#, r#""model":"n""#, 1);
+        assert!(resumed(&first, other.as_bytes()).is_none());
+    }
+
+    #[test]
+    fn another_list_name_is_not_found() {
+        let text = body(&history(40), "");
+        let resent = Resent::new(KEPT_BYTES);
+        let (_, items) = split_whole(&text, "messages").expect("a JSON object");
+        resent.remember(&text, "messages", &items.expect("a list"));
+        assert!(resent.resume(&text, "input").is_none());
+    }
+
+    #[test]
+    fn a_repeated_list_key_after_the_list_is_scanned_whole() {
+        let first = body(&history(40), "");
+        let second = body(
+            &history(40),
+            r#","messages":[{"role":"user","content":"x"}]"#,
+        );
+        assert!(resumed(&first, &second).is_none());
+        let third = body(&history(40), r#","messages":7"#);
+        assert!(resumed(&first, &third).is_none());
+    }
+
+    #[test]
+    fn a_field_repeated_after_the_list_keeps_its_place_and_last_value() {
+        let first = body(&history(40), "");
+        let second = body(&history(40), r#","model":"later""#);
+        let (fields, _) = resumed(&first, &second).expect("found");
+        assert_eq!(fields.keys().next().map(String::as_str), Some("model"));
+        assert_eq!(fields["model"], "later");
+    }
+
+    #[test]
+    fn a_number_item_is_not_shared_at_its_end() {
+        let padding = "x".repeat(SHORTEST * 2);
+        let first = format!(r#"{{"model":"m","messages":["{padding}",12,{{"a":1}}]}}"#);
+        let second = format!(r#"{{"model":"m","messages":["{padding}",123,{{"a":1}}]}}"#);
+        let (_, spans) = resumed(first.as_bytes(), second.as_bytes()).expect("the string is");
+        assert_eq!(spans.len(), 3);
+    }
+
+    #[test]
+    fn what_follows_must_still_be_json() {
+        let first = body(&history(40), "");
+        let mut second = body(&history(41), "");
+        second.truncate(second.len() - 3);
+        assert!(resumed(&first, &second).is_none());
+        let mut third = body(&history(40), "");
+        third.extend_from_slice(b" trailing");
+        assert!(resumed(&first, &third).is_none());
+    }
+
+    #[test]
+    fn a_small_body_is_neither_kept_nor_found() {
+        let text = body(&history(1), "");
+        assert!(text.len() < SHORTEST);
+        assert!(resumed(&text, &text).is_none());
+    }
+}
