@@ -146,12 +146,13 @@ fn identify(
     path: &str,
 ) -> Identified {
     let salt = state.settings.storage.tenant_salt.as_bytes();
-    let outline = adapter.outline_at(body.clone(), path)?;
-    let memo = Some(&*state.chain_memo);
     let Caller {
         headers,
         credential,
     } = caller;
+    let outline =
+        crate::protocol::as_caller(credential, || adapter.outline_at(body.clone(), path))?;
+    let memo = Some(&*state.chain_memo);
     crate::conversation::identify::conversation(adapter, salt, headers, credential, outline, memo)
 }
 

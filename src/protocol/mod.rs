@@ -21,6 +21,7 @@ mod provider;
 mod registry;
 mod request;
 mod resent;
+pub use resent::as_caller;
 pub mod responses;
 mod scan;
 mod served;

@@ -19,10 +19,10 @@
 //! byte after it.
 //!
 //! The digests are 128-bit XXH3 under a secret drawn at start-up, of the
-//! list's name and the bytes from the body's start (as identity's memo,
-//! `conversation::memo`): equal digests are equal bytes, and a client
-//! cannot craft a collision. Nothing of a body is kept but offsets and
-//! digests.
+//! caller's credential ([`as_caller`]), the list's name and the bytes from
+//! the body's start (as identity's memo, `conversation::memo`): equal
+//! digests are equal bytes of the same caller, and a client cannot craft
+//! a collision. Nothing of a body is kept but offsets and digests.
 //!
 //! A body is found by the digests of its first 16 KB, 32 KB, 64 KB, …
 //! (doubling, up to its last item): the longest of them an earlier body
@@ -32,6 +32,7 @@
 use quick_cache::sync::Cache;
 use quick_cache::Weighter;
 use serde_json::{Map, Value};
+use std::cell::Cell;
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 use xxhash_rust::xxh3::Xxh3;
@@ -123,6 +124,33 @@ pub(crate) fn split(text: &[u8], list: &str) -> Option<(Map<String, Value>, Opti
         resent.remember(text, list, spans);
     }
     Some((body, spans))
+}
+
+thread_local! {
+    /// The digest of the credential of the request being read on this
+    /// thread, while [`as_caller`] reads it.
+    static CALLER: Cell<Option<u128>> = const { Cell::new(None) };
+}
+
+/// Runs `read` (an adapter reading a body, which never awaits) with the
+/// memo partitioned by `credential`: one caller's bodies are never found
+/// from another's, not even how long reading them took. No credential is
+/// kept: only a digest under the process's secret, for as long as `read`
+/// runs.
+pub fn as_caller<T>(credential: Option<&[u8]>, read: impl FnOnce() -> T) -> T {
+    struct Restore(Option<u128>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CALLER.set(self.0);
+        }
+    }
+    let digest = credential.map(|credential| {
+        let mut hasher = resent().hasher.clone();
+        hasher.update(credential);
+        hasher.digest128()
+    });
+    let _restore = Restore(CALLER.replace(digest));
+    read()
 }
 
 /// The process's memo.
@@ -297,8 +325,13 @@ impl Resent {
         })
     }
 
+    /// The hasher of a body's digests: the caller's and the list's name
+    /// first, so that only the same caller's bodies are found.
     fn hasher_for(&self, list: &str) -> Xxh3 {
         let mut hasher = self.hasher.clone();
+        let caller = CALLER.get();
+        hasher.update(&[u8::from(caller.is_some())]);
+        hasher.update(&caller.unwrap_or_default().to_le_bytes());
         hasher.update(&(list.len() as u64).to_le_bytes());
         hasher.update(list.as_bytes());
         hasher
@@ -466,6 +499,24 @@ mod tests {
         let (_, items) = split_whole(&text, "messages").expect("a JSON object");
         resent.remember(&text, "messages", &items.expect("a list"));
         assert!(resent.resume(&text, "input").is_none());
+    }
+
+    #[test]
+    fn another_callers_body_is_not_found() {
+        let text = body(&history(40), "");
+        let resent = Resent::new(KEPT_BYTES);
+        let (_, items) = split_whole(&text, "messages").expect("a JSON object");
+        let items = items.expect("a list");
+        as_caller(Some(b"sk-one"), || {
+            resent.remember(&text, "messages", &items)
+        });
+        let found = |credential: Option<&[u8]>| {
+            as_caller(credential, || resent.resume(&text, "messages").is_some())
+        };
+        assert!(found(Some(b"sk-one")));
+        assert!(!found(Some(b"sk-two")));
+        assert!(!found(None));
+        assert_eq!(CALLER.get(), None, "the caller is forgotten after reading");
     }
 
     #[test]
