@@ -104,6 +104,7 @@ fn memoized_chain(
         tenant,
         &outline.system_pieces(),
         &outline.message_pieces(),
+        |index| outline.prefix_digest(index),
         || {
             let system = outline.try_system()?;
             Some(ChainHash::root(tenant, &adapter.canonical(system)))
@@ -475,6 +476,55 @@ mod tests {
                     .take_while(|(a, b)| a == b)
                     .count();
                 assert!(shared >= 2 && shared < plain.len(), "{name}: {shared}");
+            }
+        }
+    }
+
+    /// `body` with `count` long messages after its own, as large as the
+    /// histories the re-sent memo keeps (`protocol::resent`).
+    fn grown(name: &str, body: &serde_json::Value, count: usize) -> serde_json::Value {
+        let list = if name == "responses" {
+            "input"
+        } else {
+            "messages"
+        };
+        let mut body = body.clone();
+        let messages = body[list].as_array_mut().expect("a list");
+        for index in 0..count {
+            let role = ["user", "assistant"][index % 2];
+            let content = format!("turn {index}: \"{}\"\n", "ok ".repeat(300));
+            messages.push(serde_json::json!({"type": "message", "role": role, "content": content}));
+        }
+        body
+    }
+
+    #[test]
+    fn large_histories_named_by_their_bytes_are_the_chains() {
+        let memo = ChainMemo::new(1000);
+        for (name, adapter) in adapters() {
+            let sent = &histories(name)[0];
+            let mut edited = grown(name, sent, 32);
+            let list = if name == "responses" {
+                "input"
+            } else {
+                "messages"
+            };
+            edited[list][10]["content"] = "edited".into();
+            let turns = [
+                grown(name, sent, 30),
+                grown(name, sent, 32),
+                grown(name, sent, 32),
+                edited,
+            ];
+            for key in ["k1", "k2"] {
+                for body in &turns {
+                    let bytes = serde_json::to_vec(body).expect("serializes");
+                    let named = outline(adapter, bytes);
+                    let last = named.message_count() - 1;
+                    assert!(named.prefix_digest(last).is_some(), "{name}: named");
+                    let plain = chain_of(adapter, key, body, None);
+                    assert_eq!(chain_of(adapter, key, body, Some(&memo)), plain, "{name}");
+                }
             }
         }
     }

@@ -24,6 +24,12 @@
 //! history re-sent, or grown by a turn, finds all it shares with an
 //! earlier request in one probe, and only its new messages are linked one
 //! by one.
+//!
+//! A large body's reader already names its bytes through each message
+//! (`protocol::resent`, which hashes them once to find the earlier body
+//! they begin with). A chain is kept under that name too, with the root's
+//! digest: a re-sent history is then found without digesting its messages
+//! again, and only those after the shared bytes are digested and linked.
 
 use super::{ChainHash, TenantId};
 use crate::protocol::Piece;
@@ -116,8 +122,11 @@ impl ChainMemo {
     /// `previous` for message `i` from `link(previous, i)`, each taken from
     /// the memo when it is there. What an earlier chain shares with it is
     /// found in one probe, if it ends at most [`CHAIN_PROBES`] messages
-    /// short of it. `None` when `root` or `link` is: a part that does not
-    /// parse has no link, and the chain is not kept.
+    /// short of it: first by `through(i)`, a digest naming the body's bytes
+    /// through message `i` where the body's reader keeps one (no message
+    /// is hashed again then), else by the digests of its messages. `None`
+    /// when `root` or `link` is: a part that does not parse has no link,
+    /// and the chain is not kept.
     ///
     /// Whether the parts carry text alone is asked of `text_only` for the
     /// parts linked here, and remembered with the chain for the rest: a
@@ -129,18 +138,29 @@ impl ChainMemo {
         tenant: &TenantId,
         system: &[Piece<'_>],
         messages: &[Piece<'_>],
+        through: impl Fn(usize) -> Option<u128>,
         root: impl FnOnce() -> Option<ChainHash>,
         mut link: impl FnMut(ChainHash, usize) -> Option<ChainHash>,
         text_only: impl Fn(&Piece<'_>) -> bool,
     ) -> Option<Linked> {
         let root_digest = self.digest(&["root", scheme, tenant.as_str()], system);
-        let digests: Vec<[u8; 16]> = messages
-            .iter()
-            .map(|message| self.digest(&["next", scheme], std::slice::from_ref(message)))
-            .collect();
-        let ends = self.chain_digests(&root_digest, &digests);
+        let by_bytes = self.byte_digests(&root_digest, messages.len(), through);
+        let mut digests = Vec::new();
+        let mut ends = Vec::new();
+        let found = self.longest_kept(&by_bytes).or_else(|| {
+            digests = messages
+                .iter()
+                .map(|message| self.message_digest(scheme, message))
+                .collect();
+            ends = self.chain_digests(&root_digest, &digests);
+            self.longest_kept(&ends)
+        });
+        let found_whole_by_bytes = digests.is_empty()
+            && found
+                .as_ref()
+                .is_some_and(|kept| kept.links.len() == messages.len() + 1);
         let mut chain = Vec::with_capacity(messages.len() + 1);
-        let mut text = match self.longest_kept(&ends) {
+        let mut text = match found {
             Some(kept) => {
                 chain.extend_from_slice(&kept.links);
                 kept.text_only
@@ -157,27 +177,65 @@ impl ChainMemo {
             }
         };
         let kept = chain.len();
-        for (index, digest) in digests.iter().enumerate().skip(kept - 1) {
+        for (index, message) in messages.iter().enumerate().skip(kept - 1) {
             let previous = chain[chain.len() - 1];
+            let digest = match digests.get(index) {
+                Some(digest) => *digest,
+                None => self.message_digest(scheme, message),
+            };
             let key = Key {
                 previous: Some(previous),
-                digest: *digest,
+                digest,
             };
             chain.push(self.remembered(key, || link(previous, index))?);
-            text = text && text_only(&messages[index]);
+            text = text && text_only(message);
         }
-        if kept < chain.len() {
-            let links = Arc::from(chain.as_slice());
-            let kept = Kept {
-                links,
-                text_only: text,
-            };
-            self.chains.insert(ends[0].1, kept);
+        let whole = Kept {
+            links: Arc::from(chain.as_slice()),
+            text_only: text,
+        };
+        // Kept under what the next request will find it by: its bytes,
+        // where they are named, and its messages' digests.
+        if let Some((_, digest)) = by_bytes.first().filter(|(n, _)| *n == messages.len()) {
+            if !found_whole_by_bytes {
+                self.chains.insert(*digest, whole.clone());
+            }
+        }
+        if let Some((_, digest)) = ends.first().filter(|_| kept < chain.len()) {
+            self.chains.insert(*digest, whole);
         }
         Some(Linked {
             chain,
             text_only: text,
         })
+    }
+
+    /// `(n, digest)` naming the chain of the root and the first `n`
+    /// messages by the bytes through message `n - 1` (`through`), for the
+    /// last [`CHAIN_PROBES`] + 1 values of `n` it names, longest first.
+    fn byte_digests(
+        &self,
+        root: &[u8; 16],
+        messages: usize,
+        through: impl Fn(usize) -> Option<u128>,
+    ) -> Vec<(usize, [u8; 16])> {
+        let shortest = messages.saturating_sub(CHAIN_PROBES).max(1);
+        (shortest..=messages)
+            .rev()
+            .filter_map(|n| {
+                let bytes = through(n - 1)?;
+                let mut hasher = self.hasher.clone();
+                feed_str(&mut hasher, "bytes");
+                hasher.update(root);
+                feed_len(&mut hasher, b'n', n);
+                hasher.update(&bytes.to_le_bytes());
+                Some((n, hasher.digest128().to_le_bytes()))
+            })
+            .collect()
+    }
+
+    fn message_digest(&self, scheme: &str, message: &Piece<'_>) -> [u8; 16] {
+        self.digest(&["next", scheme], std::slice::from_ref(message))
     }
 
     /// `(n, digest)` naming the chain of the root and the first `n`
@@ -519,6 +577,17 @@ mod tests {
         messages: &[Value],
         computed: &AtomicUsize,
     ) -> Vec<ChainHash> {
+        chain_named(memo, messages, |_| None, computed)
+    }
+
+    /// As [`chain_counting`], with the bytes through message `i` named by
+    /// `through(i)`.
+    fn chain_named(
+        memo: &ChainMemo,
+        messages: &[Value],
+        through: impl Fn(usize) -> Option<u128>,
+        computed: &AtomicUsize,
+    ) -> Vec<ChainHash> {
         let tenant = TenantId::from_credential(b"", Some(b"k"));
         let pieces: Vec<Piece<'_>> = messages.iter().map(Piece::Parsed).collect();
         memo.chain(
@@ -526,6 +595,7 @@ mod tests {
             &tenant,
             &[Piece::Parsed(&json!("be brief"))],
             &pieces,
+            through,
             || {
                 computed.fetch_add(1, Ordering::SeqCst);
                 Some(ChainHash::root(&tenant, b"be brief"))
@@ -563,6 +633,48 @@ mod tests {
         assert_eq!(computed.load(Ordering::SeqCst), 9, "nothing kept");
     }
 
+    /// A body's reader names the bytes through each message (the re-sent
+    /// memo's digests, `protocol::resent`), here by the history's length.
+    fn bytes_of(conversation: u128) -> impl Fn(usize) -> Option<u128> {
+        move |index| Some(conversation << 32 | index as u128)
+    }
+
+    #[test]
+    fn a_history_whose_bytes_are_named_is_found_by_them() {
+        let memo = ChainMemo::with_capacities(1, DEFAULT_CHAIN_BYTES);
+        let computed = AtomicUsize::new(0);
+        let plain = chain_counting(&ChainMemo::default(), &history(8), &computed);
+        computed.store(0, Ordering::SeqCst);
+        let first = chain_named(&memo, &history(6), bytes_of(1), &computed);
+        assert_eq!(computed.swap(0, Ordering::SeqCst), 7);
+        let grown = chain_named(&memo, &history(8), bytes_of(1), &computed);
+        assert_eq!(computed.swap(0, Ordering::SeqCst), 2, "the new messages");
+        assert_eq!(grown, plain, "the same chain as linked one by one");
+        assert_eq!(grown[..7], first[..]);
+        // Found by the bytes alone: messages whose values differ would be
+        // linked anew by their digests, so none was looked at.
+        let other = history(9)[1..].to_vec();
+        let named = chain_named(&memo, &other, bytes_of(1), &computed);
+        assert_eq!(computed.swap(0, Ordering::SeqCst), 0);
+        assert_eq!(named, grown);
+    }
+
+    #[test]
+    fn a_history_named_otherwise_is_found_by_its_messages() {
+        let memo = ChainMemo::with_capacities(1, DEFAULT_CHAIN_BYTES);
+        let computed = AtomicUsize::new(0);
+        let first = chain_named(&memo, &history(6), bytes_of(1), &computed);
+        computed.store(0, Ordering::SeqCst);
+        // The same messages with other bytes around them (another model
+        // field, say) are named otherwise: their digests still find them.
+        let again = chain_named(&memo, &history(6), bytes_of(2), &computed);
+        assert_eq!(computed.swap(0, Ordering::SeqCst), 0);
+        assert_eq!(again, first);
+        let grown = chain_named(&memo, &history(8), bytes_of(3), &computed);
+        assert_eq!(computed.swap(0, Ordering::SeqCst), 2, "the new messages");
+        assert_eq!(grown[..7], first[..]);
+    }
+
     #[test]
     fn a_history_that_branches_off_a_kept_one_is_linked_from_the_branch() {
         let memo = ChainMemo::with_capacities(1, DEFAULT_CHAIN_BYTES);
@@ -597,6 +709,7 @@ mod tests {
                 &tenant,
                 &[],
                 &pieces,
+                |_| None,
                 || Some(ChainHash::root(&tenant, b"")),
                 |previous, index| {
                     linked.fetch_add(1, Ordering::SeqCst);
@@ -631,6 +744,7 @@ mod tests {
                 &tenant,
                 &[],
                 &pieces,
+                |_| None,
                 || Some(ChainHash::root(&tenant, b"")),
                 |previous, index| Some(previous.next(messages[index].to_string().as_bytes())),
                 |piece| {

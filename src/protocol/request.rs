@@ -17,7 +17,7 @@
 //! ([`Outline::verified`]), so a request's messages never fail to parse
 //! later.
 
-use super::resent::split;
+use super::resent::{split, Listed, Prefixes};
 use bytes::Bytes;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
@@ -193,13 +193,18 @@ impl ChatRequest {
 
 /// A chat request whose messages are not all known to parse yet.
 #[derive(Debug)]
-pub struct Outline(ChatRequest);
+pub struct Outline {
+    request: ChatRequest,
+    /// The digests of the body's bytes through each item of its list, when
+    /// the re-sent memo keeps it.
+    prefixes: Option<Prefixes>,
+}
 
 impl Outline {
     /// For an API that streams when `stream` is absent (Ollama's).
     pub fn with_stream_default(mut self, streams: bool) -> Self {
-        if !self.0.body.contains_key("stream") {
-            self.0.stream = streams;
+        if !self.request.body.contains_key("stream") {
+            self.request.stream = streams;
         }
         self
     }
@@ -216,7 +221,14 @@ pub enum Piece<'a> {
 impl Outline {
     /// A request parsed whole: nothing is left to verify.
     pub fn parsed(request: ChatRequest) -> Self {
-        Self(request)
+        Self::of(request)
+    }
+
+    fn of(request: ChatRequest) -> Self {
+        Self {
+            request,
+            prefixes: None,
+        }
     }
 
     /// `text`, a JSON object, with the array under `list` kept as spans of
@@ -241,7 +253,11 @@ impl Outline {
         model_and_stream: Option<(String, bool)>,
         system: impl FnOnce(&Map<String, Value>, &[Range<usize>], &Bytes) -> SystemPart,
     ) -> Option<Self> {
-        let (body, items) = split(&text, list)?;
+        let Listed {
+            body,
+            items,
+            prefixes,
+        } = split(&text, list)?;
         let items = items?;
         let system = system(&body, &items, &text);
         let mut items: Vec<Span> = items.into_iter().map(Span::Item).collect();
@@ -252,8 +268,8 @@ impl Outline {
                 Lazy::spans(std::mem::replace(&mut items, rest))
             }
         };
-        match model_and_stream {
-            Some((model, stream)) => Some(Self(ChatRequest {
+        let outline = match model_and_stream {
+            Some((model, stream)) => Self::of(ChatRequest {
                 body,
                 model,
                 stream,
@@ -261,9 +277,10 @@ impl Outline {
                 system,
                 messages: Lazy::spans(items),
                 tail: OnceLock::new(),
-            })),
-            None => Self::from_parts(text, body, system, items),
-        }
+            }),
+            None => Self::from_parts(text, body, system, items)?,
+        };
+        Some(outline.with_prefixes(prefixes))
     }
 
     /// `text`, with its fields `body` (the list's place null), its system
@@ -284,7 +301,7 @@ impl Outline {
         messages: Vec<Span>,
     ) -> Option<Self> {
         let (model, stream) = model_and_stream(&body)?;
-        Some(Self(ChatRequest {
+        Some(Self::of(ChatRequest {
             body,
             model,
             stream,
@@ -295,11 +312,28 @@ impl Outline {
         }))
     }
 
+    /// With the digests of its body's bytes through each item of its list
+    /// (which its message spans end on), from [`split`].
+    pub(crate) fn with_prefixes(mut self, prefixes: Option<Prefixes>) -> Self {
+        self.prefixes = prefixes;
+        self
+    }
+
+    /// The digest naming the body's bytes from its start through message
+    /// `index` (its caller's, under its list's name), when the re-sent
+    /// memo keeps them: equal digests, equal messages up to there.
+    pub fn prefix_digest(&self, index: usize) -> Option<u128> {
+        let spans = self.request.messages.spans.as_deref()?;
+        self.prefixes
+            .as_ref()?
+            .through(spans.get(index)?.range().end)
+    }
+
     /// The system part's pieces.
     pub fn system_pieces(&self) -> Vec<Piece<'_>> {
-        let system = &self.0.system;
+        let system = &self.request.system;
         match (&system.spans, system.value.get()) {
-            (Some(spans), _) => pieces(&self.0.text, spans),
+            (Some(spans), _) => pieces(&self.request.text, spans),
             (None, value) => value.map(Piece::Parsed).into_iter().collect(),
         }
     }
@@ -308,14 +342,14 @@ impl Outline {
     /// and messages: all the rest of the body (tools, options, a system
     /// prompt given apart). `None` when the messages were parsed whole.
     pub fn around_spans(&self) -> Option<[&[u8]; 2]> {
-        let messages = self.0.messages.spans.as_deref()?;
-        let spans = self.0.system.spans_or_none().iter().chain(messages);
+        let messages = self.request.messages.spans.as_deref()?;
+        let spans = self.request.system.spans_or_none().iter().chain(messages);
         let (start, end) = spans
             .map(Span::range)
             .fold((usize::MAX, 0), |(start, end), range| {
                 (start.min(range.start), end.max(range.end))
             });
-        let text = &self.0.text[..];
+        let text = &self.request.text[..];
         if start > end {
             return Some([text, &[]]);
         }
@@ -324,36 +358,47 @@ impl Outline {
 
     /// The body as the client sent it.
     pub fn text(&self) -> &[u8] {
-        &self.0.text
+        &self.request.text
     }
 
     /// One piece per message.
     pub fn message_pieces(&self) -> Vec<Piece<'_>> {
-        let messages = &self.0.messages;
+        let messages = &self.request.messages;
         match (&messages.spans, messages.value.get()) {
-            (Some(spans), _) => pieces(&self.0.text, spans),
+            (Some(spans), _) => pieces(&self.request.text, spans),
             (None, values) => values.into_iter().flatten().map(Piece::Parsed).collect(),
         }
     }
 
     pub fn message_count(&self) -> usize {
-        self.0.message_count()
+        self.request.message_count()
     }
 
     /// The system part, parsing it if need be; `None` when it does not
     /// parse.
     pub fn try_system(&self) -> Option<&Value> {
-        if let Some(value) = self.0.system.value.get() {
+        if let Some(value) = self.request.system.value.get() {
             return Some(value);
         }
-        let items = parse_spans(&self.0.text, self.0.system.spans_or_none()).ok()?;
-        Some(self.0.system.value.get_or_init(|| Value::Array(items)))
+        let items = parse_spans(&self.request.text, self.request.system.spans_or_none()).ok()?;
+        Some(
+            self.request
+                .system
+                .value
+                .get_or_init(|| Value::Array(items)),
+        )
     }
 
     /// Message `index`, parsing it if need be; `None` when it does not
     /// parse.
     pub fn try_message(&self, index: usize) -> Option<Cow<'_, Value>> {
-        try_message(&self.0.text, &self.0.messages, &self.0.tail, index).ok()
+        try_message(
+            &self.request.text,
+            &self.request.messages,
+            &self.request.tail,
+            index,
+        )
+        .ok()
     }
 
     /// Messages `first..`, the last ones, parsed by the caller from their
@@ -361,27 +406,28 @@ impl Outline {
     pub(crate) fn keep_tail(&self, first: usize, messages: Vec<Value>) {
         debug_assert_eq!(first + messages.len(), self.message_count());
         if first == 0 {
-            let _ = self.0.messages.value.set(messages);
+            let _ = self.request.messages.value.set(messages);
         } else {
-            let _ = self.0.tail.set(Tail { first, messages });
+            let _ = self.request.tail.set(Tail { first, messages });
         }
     }
 
     /// Every part parsed, or `None` if one does not parse.
     pub fn parse_all(self) -> Option<ChatRequest> {
         self.try_system()?;
-        if self.0.messages.value.get().is_none() {
-            let messages = parse_spans(&self.0.text, self.0.messages.spans_or_none()).ok()?;
-            let _ = self.0.messages.value.set(messages);
+        if self.request.messages.value.get().is_none() {
+            let messages =
+                parse_spans(&self.request.text, self.request.messages.spans_or_none()).ok()?;
+            let _ = self.request.messages.value.set(messages);
         }
-        Some(self.0)
+        Some(self.request)
     }
 
     /// The request, once the caller has seen every span parse: here with
     /// [`Outline::try_system`] and [`Outline::try_message`], or earlier in
     /// the process as the very same bytes.
     pub(crate) fn verified(self) -> ChatRequest {
-        self.0
+        self.request
     }
 }
 

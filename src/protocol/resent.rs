@@ -110,21 +110,55 @@ impl Weighter<u128, Arc<Kept>> for KeptBytes {
     }
 }
 
+/// A body's fields and list, as [`split`] reads them.
+pub(crate) struct Listed {
+    /// The fields, the list's place null.
+    pub body: Map<String, Value>,
+    /// The spans of the list's items; `None` when the list is absent.
+    pub items: Option<Spans>,
+    /// The digests of the body's bytes through each item, when it is kept.
+    pub prefixes: Option<Prefixes>,
+}
+
 /// What [`split_whole`] finds in `text`: a large body that begins with an
 /// earlier one's bytes is read from the earlier one's spans up to there.
-pub(crate) fn split(text: &[u8], list: &str) -> Option<(Map<String, Value>, Option<Spans>)> {
-    let resent = resent();
-    if let Some(resumed) = resent.resume(text, list) {
-        if resumed.grew() {
-            resent.remember_resumed(text, list, &resumed);
-        }
-        return Some((resumed.body, Some(resumed.spans)));
+pub(crate) fn split(text: &[u8], list: &str) -> Option<Listed> {
+    resent().split(text, list)
+}
+
+/// The digests naming a body's bytes from its start through the end of
+/// each of its list's items (with its caller and the list's name), as the
+/// memo keeps them: equal digests, equal bytes. Identity's memo finds a
+/// re-sent history's chain by them without hashing its messages again.
+#[derive(Clone)]
+pub struct Prefixes {
+    kept: Arc<Kept>,
+    /// How many of the kept items are the body's.
+    items: usize,
+}
+
+impl std::fmt::Debug for Prefixes {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Prefixes")
+            .field("items", &self.items)
+            .finish_non_exhaustive()
     }
-    let (body, spans) = split_whole(text, list)?;
-    if let Some(spans) = &spans {
-        resent.remember(text, list, spans);
+}
+
+impl Prefixes {
+    fn of(kept: Arc<Kept>, items: usize) -> Self {
+        Self { kept, items }
     }
-    Some((body, spans))
+
+    /// The digest of the body's bytes through offset `end`, if an item of
+    /// its list ends there.
+    pub fn through(&self, end: usize) -> Option<u128> {
+        let items = &self.kept.items[..self.items];
+        let index = items.partition_point(|item| item.end < end);
+        let item = items.get(index)?;
+        (item.end == end).then(|| self.kept.digests[index])
+    }
 }
 
 thread_local! {
@@ -172,6 +206,33 @@ impl Resent {
         }
     }
 
+    /// [`split`], with this memo.
+    fn split(&self, text: &[u8], list: &str) -> Option<Listed> {
+        if let Some(resumed) = self.resume(text, list) {
+            let prefixes = match resumed.grew() {
+                true => self.remember_resumed(text, list, &resumed),
+                false => Some(Prefixes::of(
+                    resumed.shared.kept.clone(),
+                    resumed.shared.items,
+                )),
+            };
+            return Some(Listed {
+                body: resumed.body,
+                items: Some(resumed.spans),
+                prefixes,
+            });
+        }
+        let (body, items) = split_whole(text, list)?;
+        let prefixes = items
+            .as_ref()
+            .and_then(|items| self.remember(text, list, items));
+        Some(Listed {
+            body,
+            items,
+            prefixes,
+        })
+    }
+
     /// `text`'s fields (the list's place null) and the spans of the list's
     /// items, as [`super::request::split`] finds them, from a kept body
     /// that begins with the same bytes. `None` when none does, or what
@@ -208,20 +269,32 @@ impl Resent {
     }
 
     /// Keeps `items`, the spans of `text`'s list under `list`, for the
-    /// bodies that will begin with the same bytes.
-    pub(super) fn remember(&self, text: &[u8], list: &str, items: &[Range<usize>]) {
+    /// bodies that will begin with the same bytes; `None` when `text` is
+    /// not kept (too short, or no list opens before its first item).
+    pub(super) fn remember(
+        &self,
+        text: &[u8],
+        list: &str,
+        items: &[Range<usize>],
+    ) -> Option<Prefixes> {
         let start = Start {
             hasher: self.hasher_for(list),
             at: 0,
             digests: Vec::with_capacity(items.len()),
             levels: Vec::new(),
         };
-        self.keep(text, items, start);
+        self.keep(text, items, start)
     }
 
     /// Keeps a body read from a kept one, hashing only what follows the
-    /// items they share (when the comparison left the hasher there).
-    pub(super) fn remember_resumed(&self, text: &[u8], list: &str, resumed: &Resumed) {
+    /// items they share (when the comparison left the hasher there), as
+    /// [`Resent::remember`] does.
+    pub(super) fn remember_resumed(
+        &self,
+        text: &[u8],
+        list: &str,
+        resumed: &Resumed,
+    ) -> Option<Prefixes> {
         let Shared {
             kept,
             items,
@@ -237,17 +310,15 @@ impl Resent {
             digests: kept.digests[..*items].to_vec(),
             levels: kept.levels[..levels(at).len()].to_vec(),
         };
-        self.keep(text, &resumed.spans, start);
+        self.keep(text, &resumed.spans, start)
     }
 
-    fn keep(&self, text: &[u8], items: &[Range<usize>], start: Start) {
-        let Some(last) = items.last() else { return };
+    fn keep(&self, text: &[u8], items: &[Range<usize>], start: Start) -> Option<Prefixes> {
+        let last = items.last()?;
         if text.len() < SHORTEST {
-            return;
+            return None;
         }
-        let Some(list_start) = list_start(text, items[0].start) else {
-            return;
-        };
+        let list_start = list_start(text, items[0].start)?;
         let Start {
             mut hasher,
             mut at,
@@ -277,6 +348,7 @@ impl Resent {
         for digest in &kept.levels {
             self.levels.insert(*digest, Arc::clone(&kept));
         }
+        Some(Prefixes::of(kept, items.len()))
     }
 
     /// The kept body that shares the most with `text`, and how many of its
@@ -491,6 +563,50 @@ mod tests {
         let other = String::from_utf8(body(&history(40), "")).expect("UTF-8");
         let other = other.replacen(r#""model":"m""#, r#""model":"n""#, 1);
         assert!(resumed(&first, other.as_bytes()).is_none());
+    }
+
+    /// The digests through each item of `text`, read by `resent`, and as
+    /// a memo with the same secret that never saw a body before names them.
+    fn prefixes_both_ways(resent: &Resent, text: &[u8]) -> (Vec<u128>, Vec<u128>) {
+        let read = resent.split(text, "messages").expect("a JSON object");
+        let items = read.items.expect("a list");
+        let fresh = Resent {
+            levels: Cache::with_weighter(16, KEPT_BYTES, KeptBytes),
+            hasher: resent.hasher.clone(),
+        };
+        let whole = fresh.remember(text, "messages", &items).expect("kept");
+        let through = |prefixes: &Prefixes| {
+            let named = items.iter().map(|item| prefixes.through(item.end));
+            named
+                .collect::<Option<Vec<u128>>>()
+                .expect("every item named")
+        };
+        (through(&read.prefixes.expect("named")), through(&whole))
+    }
+
+    #[test]
+    fn a_body_read_any_way_names_its_bytes_through_each_item_alike() {
+        let resent = Resent::new(KEPT_BYTES);
+        let turns: Vec<Vec<u8>> = [40, 43, 43, 38]
+            .map(|count| body(&history(count), r#","stream":true"#))
+            .into();
+        // Scanned whole, grown, re-sent, cut short.
+        for text in &turns {
+            let (read, whole) = prefixes_both_ways(&resent, text);
+            assert_eq!(read, whole);
+        }
+        let read = resent.split(&turns[1], "messages").expect("read");
+        let prefixes = read.prefixes.expect("named");
+        let first = read.items.expect("a list")[0].clone();
+        assert_eq!(prefixes.through(first.end - 1), None, "not an item's end");
+        assert_eq!(prefixes.through(turns[1].len()), None);
+    }
+
+    #[test]
+    fn a_small_body_names_no_bytes() {
+        let text = body(&history(1), "");
+        let read = Resent::new(KEPT_BYTES).split(&text, "messages");
+        assert!(read.expect("a JSON object").prefixes.is_none());
     }
 
     #[test]

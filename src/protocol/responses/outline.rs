@@ -10,7 +10,7 @@
 
 use super::{units, STATEFUL, SYSTEM_ROLES};
 use crate::protocol::head::ItemHead;
-use crate::protocol::resent::split;
+use crate::protocol::resent::{split, Listed};
 use crate::protocol::{ChatRequest, Outline, Span};
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
@@ -19,7 +19,11 @@ use serde_json::{json, Map, Value};
 /// conversation Condenser can handle, and `parse_whole` when `input` is
 /// not an array (a string is one user message).
 pub fn outline(body: Bytes) -> Option<Outline> {
-    let (fields, items) = split(&body, "input")?;
+    let Listed {
+        body: fields,
+        items,
+        prefixes,
+    } = split(&body, "input")?;
     if is_stateful(&fields) {
         return None;
     }
@@ -55,7 +59,7 @@ pub fn outline(body: Bytes) -> Option<Outline> {
             _ => Span::Items(items[run.start].start..items[run.end - 1].end),
         })
         .collect();
-    Outline::with_spans(body, fields, system, spans)
+    Outline::with_spans(body, fields, system, spans).map(|outline| outline.with_prefixes(prefixes))
 }
 
 /// The body parsed as values, units grouped from them: for what the
