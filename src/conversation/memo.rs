@@ -74,6 +74,19 @@ struct Kept {
     text_only: bool,
 }
 
+/// What a request's messages were found by: the longest kept chain they
+/// begin with, the names of their bytes (`(n, name)`, longest first), and
+/// their digests (`ends` as [`ChainMemo::chain_digests`] gives them) when
+/// the names found nothing.
+struct Found {
+    kept: Option<Kept>,
+    /// Whether `kept` is the whole chain, found by its bytes' name.
+    whole_by_bytes: bool,
+    by_bytes: Vec<(usize, [u8; 16])>,
+    digests: Vec<[u8; 16]>,
+    ends: Vec<(usize, [u8; 16])>,
+}
+
 /// A request's chain, and whether its system part and messages carry text
 /// alone (what calibrating from its usage needs to know).
 #[derive(Debug, PartialEq, Eq)]
@@ -144,42 +157,26 @@ impl ChainMemo {
         text_only: impl Fn(&Piece<'_>) -> bool,
     ) -> Option<Linked> {
         let root_digest = self.digest(&["root", scheme, tenant.as_str()], system);
-        let by_bytes = self.byte_digests(&root_digest, messages.len(), through);
-        let mut digests = Vec::new();
-        let mut ends = Vec::new();
-        let found = self.longest_kept(&by_bytes).or_else(|| {
-            digests = messages
-                .iter()
-                .map(|message| self.message_digest(scheme, message))
-                .collect();
-            ends = self.chain_digests(&root_digest, &digests);
-            self.longest_kept(&ends)
-        });
-        let found_whole_by_bytes = digests.is_empty()
-            && found
-                .as_ref()
-                .is_some_and(|kept| kept.links.len() == messages.len() + 1);
+        let found = self.find(scheme, &root_digest, messages, through);
         let mut chain = Vec::with_capacity(messages.len() + 1);
-        let mut text = match found {
+        let mut text = match &found.kept {
             Some(kept) => {
                 chain.extend_from_slice(&kept.links);
                 kept.text_only
             }
             None => {
-                chain.push(self.remembered(
-                    Key {
-                        previous: None,
-                        digest: root_digest,
-                    },
-                    root,
-                )?);
+                let key = Key {
+                    previous: None,
+                    digest: root_digest,
+                };
+                chain.push(self.remembered(key, root)?);
                 system.iter().all(&text_only)
             }
         };
         let kept = chain.len();
         for (index, message) in messages.iter().enumerate().skip(kept - 1) {
             let previous = chain[chain.len() - 1];
-            let digest = match digests.get(index) {
+            let digest = match found.digests.get(index) {
                 Some(digest) => *digest,
                 None => self.message_digest(scheme, message),
             };
@@ -194,20 +191,58 @@ impl ChainMemo {
             links: Arc::from(chain.as_slice()),
             text_only: text,
         };
-        // Kept under what the next request will find it by: its bytes,
-        // where they are named, and its messages' digests.
-        if let Some((_, digest)) = by_bytes.first().filter(|(n, _)| *n == messages.len()) {
-            if !found_whole_by_bytes {
-                self.chains.insert(*digest, whole.clone());
-            }
-        }
-        if let Some((_, digest)) = ends.first().filter(|_| kept < chain.len()) {
-            self.chains.insert(*digest, whole);
-        }
+        self.keep(&found, whole, kept);
         Some(Linked {
             chain,
             text_only: text,
         })
+    }
+
+    /// The longest kept chain `messages` begin with: first by the names of
+    /// their bytes, then by their digests (taken only then).
+    fn find(
+        &self,
+        scheme: &str,
+        root: &[u8; 16],
+        messages: &[Piece<'_>],
+        through: impl Fn(usize) -> Option<u128>,
+    ) -> Found {
+        let by_bytes = self.byte_digests(root, messages.len(), through);
+        if let Some(kept) = self.longest_kept(&by_bytes) {
+            return Found {
+                whole_by_bytes: kept.links.len() == messages.len() + 1,
+                kept: Some(kept),
+                by_bytes,
+                digests: Vec::new(),
+                ends: Vec::new(),
+            };
+        }
+        let digests: Vec<[u8; 16]> = messages
+            .iter()
+            .map(|message| self.message_digest(scheme, message))
+            .collect();
+        let ends = self.chain_digests(root, &digests);
+        Found {
+            kept: self.longest_kept(&ends),
+            whole_by_bytes: false,
+            by_bytes,
+            digests,
+            ends,
+        }
+    }
+
+    /// Keeps `whole`, the chain of which `found` had the first `kept`
+    /// links, under what the next request will find it by: its bytes'
+    /// name, and its messages' digests when they were taken.
+    fn keep(&self, found: &Found, whole: Kept, kept: usize) {
+        let linked = whole.links.len();
+        let named = found.by_bytes.first().filter(|(n, _)| *n + 1 == linked);
+        if let Some((_, name)) = named.filter(|_| !found.whole_by_bytes) {
+            self.chains.insert(*name, whole.clone());
+        }
+        if let Some((_, digest)) = found.ends.first().filter(|_| kept < linked) {
+            self.chains.insert(*digest, whole);
+        }
     }
 
     /// `(n, digest)` naming the chain of the root and the first `n`
