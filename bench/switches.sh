@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Context switches and wake-ups per request (see "Context switches per
-# request" in bench/README.md): the same fast upstream (the fake-upstream
-# binary), the same steady load from bench/loadgen, and `perf stat` on
+# Context switches, wake-ups, system calls and CPU per request (see
+# "Context switches per request" in bench/README.md): the same fast
+# upstream (the fake-upstream binary), the same steady load from
+# bench/loadgen, and `perf stat` on
 # the proxy's process only, for nginx as a plain reverse proxy (keep-alive
 # to the upstream) and Condenser on SQLite and on Postgres, in one run.
 #
@@ -11,10 +12,14 @@
 # (targets baseline-sqlite and baseline-postgres, after the others').
 # Prints one line per target and workload: the rate achieved, p50, and
 # per request: context switches, sched_wakeup events (wake-ups of the
-# proxy's own threads) and CPU migrations. Workloads: the 1.5 KB chat body
-# at RATE (1,000 req/s) and the ~800 KB history at HISTORY_RATE (20).
+# proxy's own threads), CPU migrations, system calls, and the proxy's CPU
+# (ms, user and kernel together: /proc's split of the two is sampled at
+# each clock tick, too coarse for a request's microseconds).
+# Workloads: the 1.5 KB chat body at RATE (1,000 req/s), the same body on
+# /v1/embeddings ("relayed": a route Condenser forwards unread, so its HTTP
+# stack alone) at RATE, and the ~800 KB history at HISTORY_RATE (20).
 # Settings: DURATION (8 s per row), RATE, HISTORY_RATE, TARGETS
-# ("nginx condenser-sqlite condenser-postgres"), WORKLOADS ("small history"),
+# ("nginx condenser-sqlite condenser-postgres"), WORKLOADS ("small relayed history"),
 # PER_THREAD (1: also each kind of thread's voluntary and involuntary
 # switches a request, from /proc, over the same window).
 set -euo pipefail
@@ -27,9 +32,9 @@ HISTORY_RATE="${HISTORY_RATE:-20}"
 BASELINE_BIN="${BASELINE_BIN:-}"
 PER_THREAD="${PER_THREAD:-}"
 TARGETS="${TARGETS:-nginx condenser-sqlite condenser-postgres${BASELINE_BIN:+ baseline-sqlite baseline-postgres}}"
-WORKLOADS="${WORKLOADS:-small history}"
+WORKLOADS="${WORKLOADS:-small relayed history}"
 PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
-EVENTS="context-switches,sched:sched_wakeup,cpu-migrations"
+EVENTS="context-switches,sched:sched_wakeup,cpu-migrations,raw_syscalls:sys_enter"
 
 command -v perf >/dev/null || { echo "switches: needs perf (linux-perf)" >&2; exit 1; }
 [ -x /usr/sbin/nginx ] || { echo "switches: needs nginx (apt-get install nginx-light)" >&2; exit 1; }
@@ -101,23 +106,27 @@ start_condenser() { # port backend [binary]; sets processes: its pid
   wait_port "$port" "$work/condenser-$port.log"
 }
 
-row() { # target pids workload rate body
+row() { # target pids workload rate body port path
   local target="$1" processes="$2" workload="$3" rate="$4" body="$5" port="$6"
-  local url="http://127.0.0.1:$port/v1/chat/completions"
+  local url="http://127.0.0.1:$port$7"
   # Warm-up: threads started, pools filled, conversations stored.
   target/release/loadgen --url "$url" --rate "$rate" --duration 2 --workload fixed --body "$body" >/dev/null
   [ -z "$PER_THREAD" ] || threads "$processes" >"$work/threads-before-$target-$workload"
+  local ticks_before ticks_after
+  ticks_before="$(cpu_ticks "$processes")"
   perf stat -x, -e "$EVENTS" -p "$(echo "$processes" | xargs | tr ' ' ',')" \
     -o "$work/stat-$target-$workload.csv" -- sleep "$DURATION" &
   local recorder=$!
   target/release/loadgen --url "$url" --rate "$rate" --duration "$DURATION" \
     --workload fixed --body "$body" >"$work/load-$target-$workload.json"
   wait "$recorder"
+  ticks_after="$(cpu_ticks "$processes")"
   [ -z "$PER_THREAD" ] || threads "$processes" >"$work/threads-after-$target-$workload"
   python3 - "$target" "$workload" "$work/load-$target-$workload.json" \
-    "$work/stat-$target-$workload.csv" "$DURATION" <<'EOF'
+    "$work/stat-$target-$workload.csv" "$DURATION" "$ticks_before" "$ticks_after" \
+    "$(getconf CLK_TCK)" <<'EOF'
 import csv, json, sys
-target, workload, load, stat, duration = sys.argv[1:]
+target, workload, load, stat, duration, before, after, clk_tck = sys.argv[1:]
 load = json.load(open(load))
 requests = load["achieved_rate"] * float(duration)
 counts = {}
@@ -125,12 +134,20 @@ for row in csv.reader(line for line in open(stat) if line.strip() and not line.s
     if len(row) > 2 and row[0].replace(".", "").isdigit():
         counts[row[2]] = float(row[0])
 per = lambda name: counts.get(name, float("nan")) / requests
+cpu_ms = (int(after) - int(before)) * 1000 / int(clk_tck) / requests
 print(f"{target:20} {workload:8} {load['achieved_rate']:8.0f} req/s  p50 {load['latency_us']['p50']:6} us  "
       f"switches/req {per('context-switches'):6.2f}  wakeups/req {per('sched:sched_wakeup'):6.2f}  "
-      f"migrations/req {per('cpu-migrations'):5.3f}")
+      f"migrations/req {per('cpu-migrations'):5.3f}  syscalls/req {per('raw_syscalls:sys_enter'):5.2f}  "
+      f"CPU ms/req {cpu_ms:6.4f}")
 EOF
   [ -z "$PER_THREAD" ] || per_thread "$work/threads-before-$target-$workload" \
     "$work/threads-after-$target-$workload" "$work/load-$target-$workload.json" "$DURATION"
+}
+
+cpu_ticks() { # pids: clock ticks of CPU all of them (and their threads) have used so far
+  local pid ticks=0
+  for pid in $1; do ticks=$((ticks + $(awk '{print $14 + $15}' "/proc/$pid/stat"))); done
+  echo "$ticks"
 }
 
 threads() { # pids: one line per thread: name, voluntary and involuntary switches so far
@@ -179,8 +196,9 @@ for target in $TARGETS; do
   esac
   for workload in $WORKLOADS; do
     case "$workload" in
-      small) row "$target" "$processes" small "$RATE" "$work/identical.json" "$port" ;;
-      history) row "$target" "$processes" history "$HISTORY_RATE" "$work/history.json" "$port" ;;
+      small) row "$target" "$processes" small "$RATE" "$work/identical.json" "$port" /v1/chat/completions ;;
+      relayed) row "$target" "$processes" relayed "$RATE" "$work/identical.json" "$port" /v1/embeddings ;;
+      history) row "$target" "$processes" history "$HISTORY_RATE" "$work/history.json" "$port" /v1/chat/completions ;;
     esac
   done
 done
