@@ -7,6 +7,7 @@ use condenser::store::{RequestRecord, PRUNE_EVERY, REQUESTS_KEPT};
 both_backends!(
     a_conversation_keeps_only_its_newest_request_rows,
     a_batch_of_records_counts_requests_compactions_and_branches,
+    a_busy_instances_commit_stores_and_prunes_every_record,
 );
 
 fn record(chain: &Chain, len: usize, at: i64, compactions: i64) -> RequestRecord {
@@ -122,4 +123,35 @@ async fn a_conversation_keeps_only_its_newest_request_rows(backend: TestBackend)
         requests, total,
         "the conversation still counts every request"
     );
+}
+
+/// A busy instance's group commit: hundreds of one conversation's records
+/// at once, written in several statements, and a prune of more rows than
+/// one statement deletes.
+async fn a_busy_instances_commit_stores_and_prunes_every_record(backend: TestBackend) {
+    let db = TestDb::new(backend).await;
+    let store = db.store().await;
+    let chain = Chain::new("key-a", &bodies(3, None));
+    let batch = 700;
+    let mut written = 0;
+    while written < REQUESTS_KEPT + PRUNE_EVERY {
+        let records: Vec<RequestRecord> = (written..written + batch)
+            .map(|n| record(&chain, 3, 1_000 + n, 0))
+            .collect();
+        store.write_batch(&[], &records).await.expect("batch");
+        written += batch;
+        let kept = db.count("select count(*) from requests").await;
+        assert!(
+            kept == written || kept <= REQUESTS_KEPT + batch,
+            "{kept} rows kept after {written}"
+        );
+    }
+    let kept = db.count("select count(*) from requests").await;
+    let oldest = db.count("select min(sent_bytes) from requests").await;
+    let requests = db.count("select requests from conversations").await;
+    assert!(kept < written, "the commit that crossed the cap pruned");
+    assert!(kept >= REQUESTS_KEPT, "{kept} rows kept");
+    assert!(kept <= REQUESTS_KEPT + batch, "{kept} rows kept");
+    assert_eq!(oldest, 1_000 + written - kept, "the oldest rows went first");
+    assert_eq!(requests, written, "every request is counted");
 }
