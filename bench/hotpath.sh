@@ -2,7 +2,9 @@
 # Condenser's hot-path benchmark: one run, one load generator (bench/loadgen,
 # open loop), the same upstream (nginx answering a fixed chat completion),
 # and every target side by side: the upstream itself, nginx as a plain
-# reverse proxy, Condenser on SQLite and on Postgres (and a baseline build).
+# reverse proxy, Condenser on SQLite and on Postgres (and a baseline build);
+# on request (TARGETS=... floor), hyper's server to hyper-util's client with
+# nothing between (bench/floor: the least a proxy on this stack spends).
 # Workloads: identical small bodies, growing agent conversations, a large
 # re-sent history, and the growing conversations' bodies on a route Condenser
 # forwards without reading them (its floor: the HTTP hop alone). See
@@ -33,15 +35,12 @@ BASELINE_BIN="${BASELINE_BIN:-}"
 GROWING_ARGS="${GROWING_ARGS:-}"      # more loadgen flags for growing, e.g. --system-per-conversation
 TARGETS="${TARGETS:-direct nginx condenser-sqlite condenser-postgres}"
 OUT="${OUT:-bench/results/hotpath-$(date -u +%Y%m%dT%H%M%SZ).json}"
-# What the upstream answers; growing conversations re-send it as the
-# assistant's reply. No single quotes, no '$' (nginx return string).
-REPLY="I read the module and made the change: the parser now rejects empty keys, the two call sites handle the new error, and the unit tests cover both cases. All tests pass."
 
 if [ ! -x /usr/sbin/nginx ]; then
   echo "hotpath: installing nginx" >&2
   apt-get install -y -qq nginx >/dev/null
 fi
-cargo build --release --quiet -p condenser -p loadgen
+cargo build --release --quiet -p condenser -p loadgen -p floor
 loadgen=target/release/loadgen
 condenser=target/release/condenser
 
@@ -50,61 +49,9 @@ mkdir -p "$(dirname "$OUT")"
 
 python3 bench/make_bodies.py "$work" >/dev/null
 
-# --- nginx: one instance as the upstream, one as the plain reverse proxy ---
-nginx_conf() { # dir port server-block
-  mkdir -p "$1/tmp"
-  cat >"$1/nginx.conf" <<EOF
-worker_processes auto;
-pid $1/nginx.pid;
-error_log $1/error.log warn;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  client_body_temp_path $1/tmp/client;
-  proxy_temp_path $1/tmp/proxy;
-  fastcgi_temp_path $1/tmp/fastcgi;
-  uwsgi_temp_path $1/tmp/uwsgi;
-  scgi_temp_path $1/tmp/scgi;
-  keepalive_requests 10000000;
-  keepalive_timeout 300s;
-  client_max_body_size 8m;
-  client_body_buffer_size 1m;
-$3
-}
-EOF
-}
-start_nginx() { # name port server-block; master pid in $work/NAME.pid
-  local dir="$work/$1"
-  nginx_conf "$dir" "$2" "$3"
-  /usr/sbin/nginx -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" -g 'daemon off;' &
-  pids+=($!)
-  echo $! >"$work/$1.pid"
-  echo "$2" >"$work/$1.port"
-  wait_port "$2"
-}
+# --- the upstream (nginx answering a fixed completion; bench/lib.sh) ---
+start_upstream
 
-upstream_port="$(free_port)"
-start_nginx direct "$upstream_port" "  server {
-    listen 127.0.0.1:$upstream_port;
-    location / {
-      default_type application/json;
-      return 200 '{\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion\",\"created\":1700000000,\"model\":\"bench-model\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"$REPLY\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":400,\"completion_tokens\":40,\"total_tokens\":440}}';
-    }
-  }"
-
-# Each build runs in an empty directory, on its own built-in defaults: a
-# baseline build must not read this checkout's config/default.toml.
-start_condenser() { # name binary database_url
-  local port binary; port="$(free_port)"; binary="$(realpath "$2")"
-  mkdir -p "$work/$1.cwd"
-  (cd "$work/$1.cwd" && CONDENSER_LISTEN="127.0.0.1:$port" DATABASE_URL="$3" \
-    CONDENSER_OPENAI_BASE_URL="http://127.0.0.1:$upstream_port/v1" \
-    exec "$binary" serve) >"$work/$1.log" 2>&1 &
-  pids+=($!)
-  echo $! >"$work/$1.pid"
-  echo "$port" >"$work/$1.port"
-  wait_port "$port"
-}
 database_for() { echo "condenser_hotpath_$$_${1//-/_}"; }
 
 targets=()
@@ -113,20 +60,15 @@ for target in $TARGETS; do
     direct) ;;
     nginx)
       port="$(free_port)"
-      start_nginx nginx "$port" "  upstream condenser_bench_upstream {
-    server 127.0.0.1:$upstream_port;
-    keepalive 64;
-    keepalive_requests 10000000;
-    keepalive_timeout 300s;
-  }
-  server {
-    listen 127.0.0.1:$port;
-    location / {
-      proxy_pass http://condenser_bench_upstream;
-      proxy_http_version 1.1;
-      proxy_set_header Connection \"\";
-    }
-  }" ;;
+      start_nginx_proxy "$port" ;;
+    floor)
+      # hyper's server to hyper-util's client, nothing between (bench/floor)
+      port="$(free_port)"
+      target/release/floor "127.0.0.1:$port" "http://127.0.0.1:$upstream_port" >"$work/floor.log" 2>&1 &
+      pids+=($!)
+      echo $! >"$work/floor.pid"
+      echo "$port" >"$work/floor.port"
+      wait_port "$port" ;;
     condenser-sqlite) start_condenser "$target" "$condenser" "sqlite://$work/condenser.db" ;;
     condenser-postgres)
       database="$(database_for "$target")"
