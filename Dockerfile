@@ -13,11 +13,16 @@ ARG DEBIAN_RELEASE=bookworm
 
 FROM rust:${RUST_VERSION}-slim-${DEBIAN_RELEASE} AS build
 WORKDIR /src
-# The workspace's test member must exist for cargo to resolve the workspace.
+# Every target the manifest declares (the bench too) and every member of
+# the workspace (the test upstream, the benchmarks' tools) must exist for
+# cargo to load it; docker/check.py builds from exactly these files.
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY src ./src
+COPY benches ./benches
 COPY migrations ./migrations
 COPY tests/fake-upstream ./tests/fake-upstream
+COPY bench/loadgen ./bench/loadgen
+COPY bench/floor ./bench/floor
 # Registry and target caches survive between builds (BuildKit); the binary is
 # copied out of the cached target directory before the mount goes away.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

@@ -2,7 +2,8 @@
 
 What it checks is what a typo would break on the first `docker compose up`:
 the YAML parses; every path the Dockerfile copies exists and is not excluded
-by .dockerignore; the environment each file gives Condenser (Dockerfile ENV,
+by .dockerignore; what its build stage copies is enough for cargo to build
+Condenser (every workspace member, every declared target); the environment each file gives Condenser (Dockerfile ENV,
 compose services, the sidecar pod) passes `condenser check-config`;
 nginx's upstream servers are the compose services on the port they listen
 on; tracing.yaml points only compose's instances at a collector it runs.
@@ -12,9 +13,12 @@ Usage: python docker/check.py path/to/condenser-binary
 """
 
 import fnmatch
+import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -60,6 +64,47 @@ def check_dockerfile_copies():
                 fail(f"Dockerfile copies {source}, which .dockerignore excludes")
             else:
                 ok(f"Dockerfile copies {source}")
+
+
+def build_stage_copies():
+    """(source, destination) of each COPY in the Dockerfile's first stage."""
+    copies = []
+    for line in dockerfile_lines():
+        if line.startswith("FROM ") and copies:
+            break
+        if line.startswith("COPY ") and "--from=" not in line:
+            *sources, destination = line.split()[1:]
+            copies += [(source, destination) for source in sources]
+    return copies
+
+
+def check_build_context():
+    """`cargo build --locked --bin condenser`, as the build stage runs it,
+    from only what the build stage copies: a workspace member or a declared
+    target it leaves out fails the image's build, and nothing else here
+    would notice without a container engine. The checkout's target
+    directory keeps the dependencies already built (debug, not release:
+    what is checked is the files, not the optimizer)."""
+    with tempfile.TemporaryDirectory() as context:
+        for source, destination in build_stage_copies():
+            target = Path(context) / destination
+            if destination.endswith("/"):
+                target = target / Path(source).name
+            if (ROOT / source).is_dir():
+                shutil.copytree(ROOT / source, target, dirs_exist_ok=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(ROOT / source, target)
+        built = subprocess.run(
+            ["cargo", "build", "--quiet", "--locked", "--offline", "--bin", "condenser"],
+            cwd=context, capture_output=True, text=True,
+            env={**os.environ, "CARGO_TARGET_DIR": str(ROOT / "target")},
+        )
+    if built.returncode != 0:
+        reason = next((line for line in built.stderr.splitlines() if line.startswith("error")), "")
+        fail(f"the Dockerfile's build stage copies too little to build: {reason}")
+    else:
+        ok("the Dockerfile's build stage copies what `cargo build --locked` needs")
 
 
 def dockerfile_env():
@@ -146,6 +191,7 @@ def check_sidecar(binary):
 def main():
     binary = str(Path(sys.argv[1]).resolve())
     check_dockerfile_copies()
+    check_build_context()
     check_config(binary, "Dockerfile ENV", dockerfile_env(), ROOT / "config/default.toml")
     check_compose(binary)
     check_tracing(binary)
