@@ -66,7 +66,7 @@ impl Application {
             writer,
             memory,
             listener,
-            router: with_layers(crate::http::router(state), &server, routes),
+            router: with_layers(crate::http::router(state.clone()), state, &server, routes),
             server,
             shutdown_grace,
             flush_deadline,
@@ -183,7 +183,14 @@ async fn flush_before_exit(writer: &crate::store::Writer, deadline: Duration) {
     }
 }
 
-fn with_layers(router: Router, server: &ServerSettings, routes: Arc<RouteTable>) -> Router {
+/// Every layer in one `Router::layer` call, so that each route is boxed
+/// once more, not once per layer (`http::router`).
+fn with_layers(
+    router: Router,
+    state: AppState,
+    server: &ServerSettings,
+    routes: Arc<RouteTable>,
+) -> Router {
     let trace = TraceLayer::new_for_http()
         .make_span_with(move |request: &Request| request_span(request, &routes))
         .on_response(
@@ -197,7 +204,11 @@ fn with_layers(router: Router, server: &ServerSettings, routes: Arc<RouteTable>)
             .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
             .layer(trace)
             .layer(RequestBodyTimeoutLayer::new(server.body_read_timeout))
-            .map_request(|request: http::Request<TimeoutBody<Body>>| request.map(Body::new)),
+            .map_request(|request: http::Request<TimeoutBody<Body>>| request.map(Body::new))
+            .layer(axum::middleware::from_fn_with_state(
+                state,
+                crate::http::every_request,
+            )),
     )
 }
 

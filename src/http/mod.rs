@@ -15,27 +15,44 @@ use crate::state::AppState;
 use crate::upstream::routes::Endpoint;
 use axum::extract::{Request, State};
 use axum::response::Response;
-use axum::{Extension, Router};
+use axum::Router;
 use budget::BodyBudget;
 use std::sync::Arc;
 use weight::heaviest;
 
+pub use around::every_request;
+
+/// The routes, without the layers every request passes through: those
+/// wrap every route in one `Router::layer` call (`app.rs`). Each call
+/// boxes every route once more, and a request clones the boxed services
+/// of every level beneath each one it passes: a small request paid 18
+/// boxed clones and 11 boxed futures with five levels, 4 and 6 with two
+/// (bench/HISTORY.md, "Issue 54: the router's levels"). So the proxy's
+/// own state (its body budget, its sockets) is its router's state, not
+/// `Extension` layers.
 pub fn router(state: AppState) -> Router {
     let metrics = Router::new()
         .route("/metrics", axum::routing::get(crate::metrics::render))
         .with_state(crate::metrics::handle());
-    let around = axum::middleware::from_fn_with_state(state.clone(), around::every_request);
-    let budget = body_budget(&state);
-    let sockets = websocket::Sockets::new(state.settings.server.websocket_connections_per_tenant);
+    let proxying = Proxying {
+        budget: body_budget(&state),
+        sockets: websocket::Sockets::new(state.settings.server.websocket_connections_per_tenant),
+        state: state.clone(),
+    };
     Router::new()
         .merge(ops::router())
         .merge(crate::web::router(state.clone()))
-        .fallback(proxy)
-        .layer(Extension(budget))
-        .layer(Extension(sockets))
+        .merge(Router::new().fallback(proxy).with_state(proxying))
         .with_state(state)
         .merge(metrics)
-        .layer(around)
+}
+
+/// What the proxy's handler holds.
+#[derive(Clone)]
+struct Proxying {
+    state: AppState,
+    budget: Arc<BodyBudget>,
+    sockets: Arc<websocket::Sockets>,
 }
 
 /// This instance's budget of chat body bytes in flight.
@@ -56,12 +73,12 @@ fn body_budget(state: &AppState) -> Arc<BodyBudget> {
 
 /// Every path that is not operational: chat endpoints go through the
 /// pipeline, the rest is forwarded untouched.
-async fn proxy(
-    State(state): State<AppState>,
-    Extension(budget): Extension<Arc<BodyBudget>>,
-    Extension(sockets): Extension<Arc<websocket::Sockets>>,
-    request: Request,
-) -> Response {
+async fn proxy(State(proxying): State<Proxying>, request: Request) -> Response {
+    let Proxying {
+        state,
+        budget,
+        sockets,
+    } = proxying;
     if websocket::wanted(request.headers()) {
         return websocket::upgrade(&state, &sockets, &budget, request).await;
     }
