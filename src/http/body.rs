@@ -39,12 +39,13 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// for its weight (`http/weight.rs`): the most it can weigh, up front,
 /// when it is `declared` and the budget is quiet; else its bytes' up
 /// front when `declared`, the rest as they come (all of it for an
-/// undeclared body).
+/// undeclared body). Each chunk goes to `each_chunk` as it is read.
 pub async fn read_chat_body(
     body: &mut Body,
     declared: Option<usize>,
     bounds: Bounds,
     budget: &Arc<BodyBudget>,
+    each_chunk: impl FnMut(&[u8]),
 ) -> Result<(Bytes, Lease), ProxyError> {
     if declared.is_some_and(|length| length > bounds.max_bytes) {
         return Err(ProxyError::BodyTooLarge {
@@ -62,7 +63,13 @@ pub async fn read_chat_body(
             }
         }
     };
-    let reading = collect(body, declared, bounds.max_bytes, &mut lease, scale);
+    let reading = collect(
+        body,
+        declared,
+        bounds.max_bytes,
+        (&mut lease, scale),
+        each_chunk,
+    );
     match tokio::time::timeout_at(bounds.deadline, reading).await {
         Ok(Ok(bytes)) => Ok((bytes, lease)),
         Ok(Err(error)) => Err(error),
@@ -123,13 +130,14 @@ pub(crate) fn refusal(fits_alone: bool) -> ProxyError {
 /// The body's bytes in one buffer, sized up front when its length is
 /// declared (its lease already covers the bytes); with a `scale`, the
 /// lease grows chunk by chunk with what the chunk's values and strings
-/// weigh, and its bytes' when undeclared.
+/// weigh, and its bytes' when undeclared. Each chunk goes to `each_chunk`
+/// once copied, while it is still in the cache.
 async fn collect(
     body: &mut Body,
     declared: Option<usize>,
     limit: usize,
-    lease: &mut Lease,
-    mut scale: Option<Scale>,
+    (lease, mut scale): (&mut Lease, Option<Scale>),
+    mut each_chunk: impl FnMut(&[u8]),
 ) -> Result<Bytes, ProxyError> {
     let mut body = Limited::new(body, limit);
     let mut buffer = BytesMut::with_capacity(declared.unwrap_or(0));
@@ -145,6 +153,7 @@ async fn collect(
             return Err(refusal(lease.fits_alone(weight)));
         }
         buffer.extend_from_slice(&data);
+        each_chunk(&data);
     }
     Ok(buffer.freeze())
 }

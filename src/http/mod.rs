@@ -12,7 +12,7 @@ mod websocket;
 mod weight;
 
 use crate::state::AppState;
-use crate::upstream::routes::Endpoint;
+use crate::upstream::routes::{Endpoint, Route};
 use axum::extract::{Request, State};
 use axum::response::Response;
 use axum::Router;
@@ -71,6 +71,36 @@ fn body_budget(state: &AppState) -> Arc<BodyBudget> {
     budget
 }
 
+/// A chat request: its body read whole, its pass over the bytes for
+/// step 2 taken chunk by chunk as they arrive, then the pipeline.
+async fn chat(
+    state: &AppState,
+    route: Route,
+    request: Request,
+    bounds: body::Bounds,
+    budget: &Arc<BodyBudget>,
+) -> Response {
+    let declared = passthrough::declared_length(&request);
+    let (parts, mut body) = request.into_parts();
+    let mut arriving = crate::pipeline::arriving(&route, &parts, declared);
+    let each_chunk = |chunk: &[u8]| {
+        if let Some(arriving) = arriving.as_mut() {
+            arriving.update(chunk);
+        }
+    };
+    match body::read_chat_body(&mut body, declared, bounds, budget, each_chunk).await {
+        // The lease is given back once the answer's head is ready.
+        Ok((bytes, _lease)) => {
+            let arrived = arriving.and_then(|arriving| arriving.arrived(&bytes));
+            crate::pipeline::handle(state, route, parts, bytes, arrived).await
+        }
+        Err(error) => {
+            let refusal = error.into_response_for(route.upstream.protocol);
+            body::refused_unread(parts.version, body, bounds, refusal)
+        }
+    }
+}
+
 /// Every path that is not operational: chat endpoints go through the
 /// pipeline, the rest is forwarded untouched.
 async fn proxy(State(proxying): State<Proxying>, request: Request) -> Response {
@@ -94,18 +124,7 @@ async fn proxy(State(proxying): State<Proxying>, request: Request) -> Response {
         total,
     };
     match route.endpoint {
-        Endpoint::Chat | Endpoint::Responses => {
-            let declared = passthrough::declared_length(&request);
-            let (parts, mut body) = request.into_parts();
-            match body::read_chat_body(&mut body, declared, bounds, &budget).await {
-                // The lease is given back once the answer's head is ready.
-                Ok((bytes, _lease)) => crate::pipeline::handle(&state, route, parts, bytes).await,
-                Err(error) => {
-                    let refusal = error.into_response_for(route.upstream.protocol);
-                    body::refused_unread(parts.version, body, bounds, refusal)
-                }
-            }
-        }
+        Endpoint::Chat | Endpoint::Responses => chat(&state, route, request, bounds, &budget).await,
         Endpoint::Passthrough => passthrough::forward(&state, route, request, bounds).await,
     }
 }

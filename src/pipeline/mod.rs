@@ -14,6 +14,7 @@ mod respond;
 pub mod rewrite;
 mod work;
 
+use crate::protocol::{Arrived, Arriving};
 use crate::state::AppState;
 use crate::upstream::routes::Route;
 use axum::response::Response;
@@ -25,7 +26,15 @@ use tracing::Instrument;
 
 pub use keepalive::KEEPALIVE_COMMENT;
 
-pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -> Response {
+/// Serves a chat request whose body is read: `arrived`, the pass over its
+/// bytes done as they arrived ([`arriving`]), when one was.
+pub async fn handle(
+    state: &AppState,
+    route: Route,
+    parts: Parts,
+    body: Bytes,
+    arrived: Option<Arrived>,
+) -> Response {
     let adapter = route.adapter();
     let credential = caller_credential(&route, &parts);
     let native::Prepared {
@@ -37,8 +46,8 @@ pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -
         Ok(prepared) => prepared,
         Err(response) => return response,
     };
-    let identified =
-        identify_off_workers(state, adapter, credential.as_deref(), &body, &parts).await;
+    let (credential, body_read) = (credential.as_deref(), (&body, arrived));
+    let identified = identify_off_workers(state, adapter, credential, body_read, &parts).await;
     // Invariant 9: what Condenser cannot parse goes upstream unchanged.
     let Some((chat, conversation)) = identified else {
         let (method, headers) = (parts.method, &parts.headers);
@@ -75,13 +84,16 @@ pub async fn handle(state: &AppState, route: Route, parts: Parts, body: Bytes) -
         compacting_rx.clone(),
         state.background.clone(),
     );
-    // Keep-alives are for event streams; a plain client just waits.
-    let keepalive_interval = if stream {
-        state.settings.compaction.keepalive_interval
-    } else {
-        std::time::Duration::ZERO
-    };
-    keepalive::respond(work, compacting_rx, keepalive_interval, speaks).await
+    let interval = keepalive_interval(state, stream);
+    keepalive::respond(work, compacting_rx, interval, speaks).await
+}
+
+/// Keep-alives are for event streams; a plain client just waits.
+fn keepalive_interval(state: &AppState, stream: bool) -> std::time::Duration {
+    match stream {
+        true => state.settings.compaction.keepalive_interval,
+        false => std::time::Duration::ZERO,
+    }
 }
 
 /// What step 2 made of a request: the request read and the conversation
@@ -106,7 +118,7 @@ async fn identify_off_workers(
     state: &AppState,
     adapter: &'static dyn crate::protocol::Adapter,
     credential: Option<&[u8]>,
-    body: &Bytes,
+    (body, arrived): (&Bytes, Option<Arrived>),
     parts: &Parts,
 ) -> Identified {
     let caller = Caller {
@@ -115,10 +127,11 @@ async fn identify_off_workers(
     };
     let path = parts.uri.path();
     if body.len() < LARGE_BODY {
-        return identify(state, adapter, caller, body, path);
+        return identify(state, adapter, caller, (body, arrived), path);
     }
     let state = state.clone();
-    let (headers, credential) = (parts.headers.clone(), credential.map(<[u8]>::to_vec));
+    let headers = parts.headers.clone();
+    let credential = credential.map(<[u8]>::to_vec);
     let (body, path) = (body.clone(), path.to_string());
     let span = tracing::Span::current();
     let identifying = tokio::task::spawn_blocking(move || {
@@ -126,7 +139,7 @@ async fn identify_off_workers(
             headers: &headers,
             credential: credential.as_deref(),
         };
-        span.in_scope(|| identify(&state, adapter, caller, &body, &path))
+        span.in_scope(|| identify(&state, adapter, caller, (&body, arrived), &path))
     });
     match identifying.await {
         Ok(identified) => identified,
@@ -142,7 +155,7 @@ fn identify(
     state: &AppState,
     adapter: &'static dyn crate::protocol::Adapter,
     caller: Caller<'_>,
-    body: &Bytes,
+    (body, arrived): (&Bytes, Option<Arrived>),
     path: &str,
 ) -> Identified {
     let salt = state.settings.storage.tenant_salt.as_bytes();
@@ -150,10 +163,23 @@ fn identify(
         headers,
         credential,
     } = caller;
-    let outline =
-        crate::protocol::as_caller(credential, || adapter.outline_at(body.clone(), path))?;
+    let outline = crate::protocol::as_caller(credential, arrived, || {
+        adapter.outline_at(body.clone(), path)
+    })?;
     let memo = Some(&*state.chain_memo);
     crate::conversation::identify::conversation(adapter, salt, headers, credential, outline, memo)
+}
+
+/// The pass over a chat body's bytes to take as they arrive (step 2's,
+/// done during step 1): for a body that may be large enough for the
+/// re-sent memo (`protocol/resent.rs`), not for one declared smaller.
+pub fn arriving(route: &Route, parts: &Parts, declared: Option<usize>) -> Option<Arriving> {
+    if !Arriving::may_be_kept(declared) {
+        return None;
+    }
+    let credential = caller_credential(route, parts);
+    let list = route.adapter().history_list();
+    Some(Arriving::new(credential.as_deref(), list))
 }
 
 /// The credential naming the caller, as the route's provider reads it.

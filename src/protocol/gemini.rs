@@ -66,12 +66,16 @@ impl Adapter for Gemini {
         None
     }
 
+    fn history_list(&self) -> &'static str {
+        "contents"
+    }
+
     fn outline_at(&self, body: Bytes, path: &str) -> Option<Outline> {
         let (model, method) = model_and_method(path)?;
         let stream = method == "streamGenerateContent";
         Outline::read_as(
             body,
-            "contents",
+            self.history_list(),
             Some((model.to_string(), stream)),
             |body, _, _| {
                 let system = field(

@@ -21,7 +21,7 @@ mod provider;
 mod registry;
 mod request;
 mod resent;
-pub use resent::as_caller;
+pub use resent::{as_caller, Arrived, Arriving};
 pub mod responses;
 mod scan;
 mod served;
@@ -74,6 +74,13 @@ pub trait Adapter: Send + Sync {
     /// URL (Gemini).
     fn outline_at(&self, body: Bytes, _path: &str) -> Option<Outline> {
         self.outline(body)
+    }
+
+    /// The field a body lists its history under, the one
+    /// [`Adapter::outline`] reads as items: a large body's pass over its
+    /// bytes is taken under this name as it arrives ([`Arriving`]).
+    fn history_list(&self) -> &'static str {
+        "messages"
     }
 
     /// The URL of a summary call for `model`, from the client's request

@@ -28,7 +28,15 @@
 //! (doubling, up to its last item): the longest of them an earlier body
 //! was kept under names the earlier body that shares the most with it,
 //! even when many conversations begin with the same system prompt.
+//!
+//! Those digests, and the comparison with the kept body's items, take
+//! one pass over the bytes in order, so they are taken as the body
+//! arrives ([`Arriving`], fed each chunk as the body is read): by its
+//! last byte, the pass a large history costs is behind it, done while
+//! the rest was on its way and each chunk still in the cache. A body read
+//! whole is fed to the same pass at once.
 
+use bytes::Bytes;
 use quick_cache::sync::Cache;
 use quick_cache::Weighter;
 use serde_json::{Map, Value};
@@ -123,7 +131,198 @@ pub(crate) struct Listed {
 /// What [`split_whole`] finds in `text`: a large body that begins with an
 /// earlier one's bytes is read from the earlier one's spans up to there.
 pub(crate) fn split(text: &[u8], list: &str) -> Option<Listed> {
-    resent().split(text, list)
+    let arrived = ARRIVED
+        .take()
+        .and_then(|arrived| arrived.of(text, list, CALLER.get()));
+    resent().split(text, list, arrived)
+}
+
+/// A body's pass over its bytes ([`Resent::resume`]), taken chunk by
+/// chunk as it arrives: the digests of its levels, each looked up as soon
+/// as its bytes are in, and the digests through the items of the kept
+/// body the longest level found, compared as they come.
+pub struct Arriving {
+    list: &'static str,
+    caller: Option<u128>,
+    pass: Pass,
+}
+
+impl Arriving {
+    /// Whether a body of `declared` bytes (`None`: not declared) may be
+    /// long enough to be found or kept: a shorter one is scanned whole.
+    pub fn may_be_kept(declared: Option<usize>) -> bool {
+        declared.is_none_or(|length| length >= SHORTEST)
+    }
+
+    /// The pass over a body whose history is listed under `list`, sent
+    /// with `credential` (as [`as_caller`] names the caller).
+    pub fn new(credential: Option<&[u8]>, list: &'static str) -> Self {
+        let memo = resent();
+        let caller = caller_digest(memo, credential);
+        Self {
+            list,
+            caller,
+            pass: memo.pass(caller, list),
+        }
+    }
+
+    /// Takes the next `chunk` of the body's bytes.
+    pub fn update(&mut self, chunk: &[u8]) {
+        self.pass.update(resent(), chunk);
+    }
+
+    /// The pass done over `text`, the whole body it took: `None` unless
+    /// every byte of it, and nothing else, went through [`Arriving::update`].
+    pub fn arrived(self, text: &Bytes) -> Option<Arrived> {
+        (self.pass.at == text.len()).then(|| Arrived {
+            text: text.clone(),
+            arriving: self,
+        })
+    }
+}
+
+/// A body's pass, done as it arrived, and the body it was done over.
+pub struct Arrived {
+    /// Held so that the bytes a read is given are known to be these: the
+    /// same address, which no other buffer can take while this one lives.
+    text: Bytes,
+    arriving: Arriving,
+}
+
+impl Arrived {
+    /// The pass, if it was over `text`, read under `list` by `caller`.
+    fn of(self, text: &[u8], list: &str, caller: Option<u128>) -> Option<Pass> {
+        let same = std::ptr::eq(self.text.as_ptr(), text.as_ptr()) && self.text.len() == text.len();
+        let Arriving {
+            list: listed,
+            caller: sent_by,
+            pass,
+        } = self.arriving;
+        (same && listed == list && sent_by == caller).then_some(pass)
+    }
+}
+
+/// The pass itself: the bytes hashed in order, a digest taken at each
+/// level and at the end of each kept item compared.
+struct Pass {
+    hasher: Xxh3,
+    /// The bytes taken so far.
+    at: usize,
+    /// The next level to look up; `None` once one was not found.
+    next_level: Option<usize>,
+    candidate: Option<Candidate>,
+}
+
+/// The kept body the longest level found so far names, and how many of
+/// its items the body begins with so far.
+struct Candidate {
+    kept: Arc<Kept>,
+    items: usize,
+    /// The hasher's state at the end of the last item compared one by one
+    /// and found the same.
+    at_end: Option<Xxh3>,
+    /// No item compared differed yet.
+    comparing: bool,
+}
+
+impl Candidate {
+    /// The items ending within `level` are the same bytes; those after it
+    /// are compared one by one.
+    fn at_level(kept: Arc<Kept>, level: usize) -> Self {
+        let items = kept.items.partition_point(|item| item.end <= level);
+        Self {
+            kept,
+            items,
+            at_end: None,
+            comparing: true,
+        }
+    }
+
+    /// Where the next item to compare ends.
+    fn next_end(&self) -> Option<usize> {
+        let next = self.kept.items.get(self.items);
+        next.filter(|_| self.comparing).map(|item| item.end)
+    }
+}
+
+impl Pass {
+    fn update(&mut self, memo: &Resent, chunk: &[u8]) {
+        let start = self.at;
+        let end = start + chunk.len();
+        while let Some(next) = self.next_checkpoint().filter(|&next| next <= end) {
+            self.hasher.update(&chunk[self.at - start..next - start]);
+            self.at = next;
+            self.checkpoint(memo);
+        }
+        // Past the last digest to take, the rest is not hashed.
+        if self.next_checkpoint().is_some() {
+            self.hasher.update(&chunk[self.at - start..]);
+        }
+        self.at = end;
+    }
+
+    /// The next offset a digest is taken at: a level's, or the end of the
+    /// next item compared.
+    fn next_checkpoint(&self) -> Option<usize> {
+        let item = self.candidate.as_ref().and_then(Candidate::next_end);
+        match (self.next_level, item) {
+            (Some(level), Some(item)) => Some(level.min(item)),
+            (level, item) => level.or(item),
+        }
+    }
+
+    fn checkpoint(&mut self, memo: &Resent) {
+        let (at, digest) = (self.at, self.hasher.digest128());
+        if self.next_level == Some(at) {
+            match memo.levels.get(&digest) {
+                Some(kept) => {
+                    self.candidate = Some(Candidate::at_level(kept, at));
+                    self.next_level = at.checked_mul(2);
+                }
+                None => self.next_level = None,
+            }
+        }
+        let Some(candidate) = self.candidate.as_mut() else {
+            return;
+        };
+        if candidate.next_end() == Some(at) {
+            if candidate.kept.digests[candidate.items] == digest {
+                candidate.items += 1;
+                candidate.at_end = Some(self.hasher.clone());
+            } else {
+                candidate.comparing = false;
+            }
+        }
+    }
+
+    /// What `text`, all of whose bytes were taken, shares with the kept
+    /// body found.
+    fn shared(self, text: &[u8]) -> Option<Shared> {
+        let Candidate {
+            kept,
+            mut items,
+            mut at_end,
+            ..
+        } = self.candidate?;
+        // An item ending at the body's last byte is not one the body
+        // continues after: not shared.
+        if items > 0 && kept.items[items - 1].end >= text.len() {
+            items -= 1;
+            at_end = None;
+        }
+        let delimited = |items: usize| ends_a_value(text[kept.items[items - 1].end - 1]);
+        if items > 0 && !delimited(items) {
+            at_end = None;
+            while items > 0 && !delimited(items) {
+                items -= 1;
+            }
+        }
+        (items > 0).then_some(Shared {
+            kept,
+            items,
+            hasher: at_end,
+        })
+    }
 }
 
 /// The digests naming a body's bytes from its start through the end of
@@ -165,27 +364,41 @@ thread_local! {
     /// The digest of the credential of the request being read on this
     /// thread, while [`as_caller`] reads it.
     static CALLER: Cell<Option<u128>> = const { Cell::new(None) };
+    /// The pass over the body being read on this thread, done as it
+    /// arrived, until [`split`] takes it.
+    static ARRIVED: Cell<Option<Arrived>> = const { Cell::new(None) };
 }
 
 /// Runs `read` (an adapter reading a body, which never awaits) with the
 /// memo partitioned by `credential`: one caller's bodies are never found
 /// from another's, not even how long reading them took. No credential is
 /// kept: only a digest under the process's secret, for as long as `read`
-/// runs.
-pub fn as_caller<T>(credential: Option<&[u8]>, read: impl FnOnce() -> T) -> T {
-    struct Restore(Option<u128>);
+/// runs. `arrived`, the body's pass done as it arrived, is taken by the
+/// read if it reads those bytes for that caller, and dropped after.
+pub fn as_caller<T>(
+    credential: Option<&[u8]>,
+    arrived: Option<Arrived>,
+    read: impl FnOnce() -> T,
+) -> T {
+    struct Restore(Option<u128>, Option<Arrived>);
     impl Drop for Restore {
         fn drop(&mut self) {
             CALLER.set(self.0);
+            ARRIVED.set(self.1.take());
         }
     }
-    let digest = credential.map(|credential| {
-        let mut hasher = resent().hasher.clone();
+    let digest = caller_digest(resent(), credential);
+    let _restore = Restore(CALLER.replace(digest), ARRIVED.replace(arrived));
+    read()
+}
+
+/// The caller's credential under the process's secret.
+fn caller_digest(memo: &Resent, credential: Option<&[u8]>) -> Option<u128> {
+    credential.map(|credential| {
+        let mut hasher = memo.hasher.clone();
         hasher.update(credential);
         hasher.digest128()
-    });
-    let _restore = Restore(CALLER.replace(digest));
-    read()
+    })
 }
 
 /// The process's memo.
@@ -206,9 +419,10 @@ impl Resent {
         }
     }
 
-    /// [`split`], with this memo.
-    fn split(&self, text: &[u8], list: &str) -> Option<Listed> {
-        if let Some(resumed) = self.resume(text, list) {
+    /// [`split`], with this memo; `arrived`, the pass over `text` done as
+    /// it arrived.
+    fn split(&self, text: &[u8], list: &str, arrived: Option<Pass>) -> Option<Listed> {
+        if let Some(resumed) = self.resume(text, list, arrived) {
             let prefixes = match resumed.grew() {
                 true => self.remember_resumed(text, list, &resumed),
                 false => Some(Prefixes::of(
@@ -237,12 +451,13 @@ impl Resent {
     /// items, as [`super::request::split`] finds them, from a kept body
     /// that begins with the same bytes. `None` when none does, or what
     /// follows does not read as the rest of the body: the caller then
-    /// scans it whole.
-    pub(super) fn resume(&self, text: &[u8], list: &str) -> Option<Resumed> {
+    /// scans it whole. `arrived`: the pass over `text` done as it arrived,
+    /// else it is done here.
+    fn resume(&self, text: &[u8], list: &str, arrived: Option<Pass>) -> Option<Resumed> {
         if text.len() < SHORTEST {
             return None;
         }
-        let shared = self.shared_items(text, list)?;
+        let shared = self.shared_items(text, list, arrived)?;
         let kept = &shared.kept;
         let end = kept.items[shared.items - 1].end;
         let (mut body, tail) = split_rest(&text[end..], end, list)?;
@@ -271,14 +486,9 @@ impl Resent {
     /// Keeps `items`, the spans of `text`'s list under `list`, for the
     /// bodies that will begin with the same bytes; `None` when `text` is
     /// not kept (too short, or no list opens before its first item).
-    pub(super) fn remember(
-        &self,
-        text: &[u8],
-        list: &str,
-        items: &[Range<usize>],
-    ) -> Option<Prefixes> {
+    fn remember(&self, text: &[u8], list: &str, items: &[Range<usize>]) -> Option<Prefixes> {
         let start = Start {
-            hasher: self.hasher_for(list),
+            hasher: self.hasher_for(CALLER.get(), list),
             at: 0,
             digests: Vec::with_capacity(items.len()),
             levels: Vec::new(),
@@ -289,12 +499,7 @@ impl Resent {
     /// Keeps a body read from a kept one, hashing only what follows the
     /// items they share (when the comparison left the hasher there), as
     /// [`Resent::remember`] does.
-    pub(super) fn remember_resumed(
-        &self,
-        text: &[u8],
-        list: &str,
-        resumed: &Resumed,
-    ) -> Option<Prefixes> {
+    fn remember_resumed(&self, text: &[u8], list: &str, resumed: &Resumed) -> Option<Prefixes> {
         let Shared {
             kept,
             items,
@@ -352,57 +557,31 @@ impl Resent {
     }
 
     /// The kept body that shares the most with `text`, and how many of its
-    /// items `text` begins with.
-    fn shared_items(&self, text: &[u8], list: &str) -> Option<Shared> {
-        let mut hasher = self.hasher_for(list);
-        let mut at = 0;
-        let mut found = None;
-        for level in levels(text.len()) {
-            hasher.update(&text[at..level]);
-            at = level;
-            match self.levels.get(&hasher.digest128()) {
-                Some(kept) => found = Some((kept, level, hasher.clone())),
-                None => break,
-            }
+    /// items `text` begins with: from the pass done as it arrived, or one
+    /// over it now.
+    fn shared_items(&self, text: &[u8], list: &str, arrived: Option<Pass>) -> Option<Shared> {
+        let pass = arrived.unwrap_or_else(|| {
+            let mut pass = self.pass(CALLER.get(), list);
+            pass.update(self, text);
+            pass
+        });
+        pass.shared(text)
+    }
+
+    /// The pass over a body listed under `list`, sent by `caller`.
+    fn pass(&self, caller: Option<u128>, list: &str) -> Pass {
+        Pass {
+            hasher: self.hasher_for(caller, list),
+            at: 0,
+            next_level: Some(SHORTEST),
+            candidate: None,
         }
-        let (kept, level, mut hasher) = found?;
-        // The items ending within the level are the same bytes; those
-        // after it are compared one by one.
-        let mut items = kept.items.partition_point(|item| item.end <= level);
-        let mut at = level;
-        // The hasher's state at the end of the last item found the same.
-        let mut at_end = None;
-        for (item, digest) in kept.items.iter().zip(&kept.digests).skip(items) {
-            if item.end >= text.len() {
-                break;
-            }
-            hasher.update(&text[at..item.end]);
-            at = item.end;
-            if hasher.digest128() != *digest {
-                break;
-            }
-            items += 1;
-            at_end = Some(hasher.clone());
-        }
-        let delimited = |items: usize| ends_a_value(text[kept.items[items - 1].end - 1]);
-        if items > 0 && !delimited(items) {
-            at_end = None;
-            while items > 0 && !delimited(items) {
-                items -= 1;
-            }
-        }
-        (items > 0).then_some(Shared {
-            kept,
-            items,
-            hasher: at_end,
-        })
     }
 
     /// The hasher of a body's digests: the caller's and the list's name
     /// first, so that only the same caller's bodies are found.
-    fn hasher_for(&self, list: &str) -> Xxh3 {
+    fn hasher_for(&self, caller: Option<u128>, list: &str) -> Xxh3 {
         let mut hasher = self.hasher.clone();
-        let caller = CALLER.get();
         hasher.update(&[u8::from(caller.is_some())]);
         hasher.update(&caller.unwrap_or_default().to_le_bytes());
         hasher.update(&(list.len() as u64).to_le_bytes());
@@ -479,7 +658,7 @@ mod tests {
         let (_, items) = split_whole(first, "messages").expect("a JSON object");
         resent.remember(first, "messages", &items.expect("a list"));
         let found = resent
-            .resume(second, "messages")
+            .resume(second, "messages", None)
             .map(|resumed| (resumed.body, resumed.spans));
         if let Some((fields, spans)) = &found {
             let (whole_fields, whole_spans) =
@@ -520,12 +699,12 @@ mod tests {
         let turns: Vec<Vec<u8>> = [40, 43, 46].map(|count| body(&history(count), "")).into();
         let (_, items) = split_whole(&turns[0], "messages").expect("a JSON object");
         resent.remember(&turns[0], "messages", &items.expect("a list"));
-        let second = resent.resume(&turns[1], "messages").expect("found");
+        let second = resent.resume(&turns[1], "messages", None).expect("found");
         assert_eq!(second.shared.items, 40);
         assert!(second.shared.hasher.is_some(), "hashed on from item 40");
         assert!(second.grew());
         resent.remember_resumed(&turns[1], "messages", &second);
-        let third = resent.resume(&turns[2], "messages").expect("found");
+        let third = resent.resume(&turns[2], "messages", None).expect("found");
         assert_eq!(
             third.shared.items, 43,
             "found as the second turn, not the first"
@@ -538,7 +717,7 @@ mod tests {
         };
         whole.remember(&turns[1], "messages", &second.spans);
         let kept = whole
-            .shared_items(&turns[2], "messages")
+            .shared_items(&turns[2], "messages", None)
             .expect("found")
             .kept;
         assert_eq!(kept.digests, third.shared.kept.digests);
@@ -568,7 +747,7 @@ mod tests {
     /// The digests through each item of `text`, read by `resent`, and as
     /// a memo with the same secret that never saw a body before names them.
     fn prefixes_both_ways(resent: &Resent, text: &[u8]) -> (Vec<u128>, Vec<u128>) {
-        let read = resent.split(text, "messages").expect("a JSON object");
+        let read = resent.split(text, "messages", None).expect("a JSON object");
         let items = read.items.expect("a list");
         let fresh = Resent {
             levels: Cache::with_weighter(16, KEPT_BYTES, KeptBytes),
@@ -595,7 +774,7 @@ mod tests {
             let (read, whole) = prefixes_both_ways(&resent, text);
             assert_eq!(read, whole);
         }
-        let read = resent.split(&turns[1], "messages").expect("read");
+        let read = resent.split(&turns[1], "messages", None).expect("read");
         let prefixes = read.prefixes.expect("named");
         let first = read.items.expect("a list")[0].clone();
         assert_eq!(prefixes.through(first.end - 1), None, "not an item's end");
@@ -605,7 +784,7 @@ mod tests {
     #[test]
     fn a_small_body_names_no_bytes() {
         let text = body(&history(1), "");
-        let read = Resent::new(KEPT_BYTES).split(&text, "messages");
+        let read = Resent::new(KEPT_BYTES).split(&text, "messages", None);
         assert!(read.expect("a JSON object").prefixes.is_none());
     }
 
@@ -615,7 +794,7 @@ mod tests {
         let resent = Resent::new(KEPT_BYTES);
         let (_, items) = split_whole(&text, "messages").expect("a JSON object");
         resent.remember(&text, "messages", &items.expect("a list"));
-        assert!(resent.resume(&text, "input").is_none());
+        assert!(resent.resume(&text, "input", None).is_none());
     }
 
     #[test]
@@ -624,11 +803,13 @@ mod tests {
         let resent = Resent::new(KEPT_BYTES);
         let (_, items) = split_whole(&text, "messages").expect("a JSON object");
         let items = items.expect("a list");
-        as_caller(Some(b"sk-one"), || {
+        as_caller(Some(b"sk-one"), None, || {
             resent.remember(&text, "messages", &items)
         });
         let found = |credential: Option<&[u8]>| {
-            as_caller(credential, || resent.resume(&text, "messages").is_some())
+            as_caller(credential, None, || {
+                resent.resume(&text, "messages", None).is_some()
+            })
         };
         assert!(found(Some(b"sk-one")));
         assert!(!found(Some(b"sk-two")));
@@ -675,6 +856,102 @@ mod tests {
         let mut third = body(&history(40), "");
         third.extend_from_slice(b" trailing");
         assert!(resumed(&first, &third).is_none());
+    }
+
+    /// What `text` shares with what `resent` keeps, its pass taken in
+    /// chunks of `size` bytes: the kept body, its items and the hasher's
+    /// digest at the end of the last, if it was left there.
+    fn shared_in_chunks(
+        resent: &Resent,
+        text: &[u8],
+        size: usize,
+    ) -> Option<(usize, usize, Option<u128>)> {
+        let mut pass = resent.pass(None, "messages");
+        for chunk in text.chunks(size) {
+            pass.update(resent, chunk);
+        }
+        let shared = pass.shared(text)?;
+        let kept = Arc::as_ptr(&shared.kept) as usize;
+        Some((
+            kept,
+            shared.items,
+            shared.hasher.map(|hasher| hasher.digest128()),
+        ))
+    }
+
+    #[test]
+    fn a_pass_taken_as_the_body_arrives_finds_what_one_over_it_whole_finds() {
+        let resent = Resent::new(KEPT_BYTES);
+        let first = body(&history(40), "");
+        let (_, items) = split_whole(&first, "messages").expect("a JSON object");
+        resent.remember(&first, "messages", &items.expect("a list"));
+        let mut changed = history(41);
+        changed[30] = message(1000);
+        let mut other_start = history(40);
+        other_start[0] = message(1000);
+        let bodies = [
+            first.clone(),
+            body(&history(43), r#","stream":true"#),
+            body(&changed, ""),
+            body(&other_start, ""),
+            body(&history(25), ""),
+        ];
+        for text in &bodies {
+            let whole = shared_in_chunks(&resent, text, text.len());
+            for size in [7, 1000, 4096, SHORTEST, 65536] {
+                assert_eq!(
+                    shared_in_chunks(&resent, text, size),
+                    whole,
+                    "chunks of {size}"
+                );
+            }
+        }
+        let found = |text: &[u8]| shared_in_chunks(&resent, text, 4096).map(|(_, items, _)| items);
+        assert_eq!(found(&bodies[0]), Some(40));
+        assert_eq!(found(&bodies[1]), Some(40));
+        assert_eq!(found(&bodies[2]), Some(30));
+        assert_eq!(found(&bodies[3]), None);
+    }
+
+    #[test]
+    fn a_pass_done_as_the_body_arrived_is_taken_only_for_those_bytes() {
+        let text = Bytes::from(body(&history(40), ""));
+        let list = |caller: &[u8]| {
+            let mut arriving = Arriving::new(Some(caller), "messages");
+            for chunk in text.chunks(4096) {
+                arriving.update(chunk);
+            }
+            arriving.arrived(&text).expect("every byte taken")
+        };
+        let caller = caller_digest(resent(), Some(b"sk-one"));
+        let copy = text.to_vec();
+        assert!(list(b"sk-one").of(&text, "messages", caller).is_some());
+        assert!(
+            list(b"sk-one").of(&copy, "messages", caller).is_none(),
+            "another buffer"
+        );
+        assert!(list(b"sk-one")
+            .of(&text[..text.len() - 1], "messages", caller)
+            .is_none());
+        assert!(list(b"sk-one").of(&text, "input", caller).is_none());
+        assert!(list(b"sk-two").of(&text, "messages", caller).is_none());
+        let mut short = Arriving::new(None, "messages");
+        short.update(&text[..100]);
+        assert!(
+            short.arrived(&text).is_none(),
+            "not every byte went through it"
+        );
+        // Read with the pass, a body is split as a whole scan splits it.
+        as_caller(Some(b"sk-one"), None, || split(&text, "messages"));
+        let read = as_caller(Some(b"sk-one"), Some(list(b"sk-one")), || {
+            split(&text, "messages")
+        });
+        let (_, whole) = split_whole(&text, "messages").expect("a JSON object");
+        assert_eq!(read.expect("a JSON object").items, whole);
+        assert!(
+            ARRIVED.take().is_none(),
+            "the pass is dropped after the read"
+        );
     }
 
     #[test]

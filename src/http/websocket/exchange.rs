@@ -132,7 +132,7 @@ pub async fn run(
     let started = Instant::now();
     async move {
         let Request { body, input, lease } = request;
-        let response = crate::pipeline::handle(&state, route, parts, body).await;
+        let response = crate::pipeline::handle(&state, route, parts, body, None).await;
         drop(lease);
         crate::telemetry::server::answered(&tracing::Span::current(), response.status());
         let relayed = relay::relay(response, &out, &ended).await;

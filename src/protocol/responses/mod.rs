@@ -50,6 +50,10 @@ impl Adapter for Responses {
         outline::outline(body)
     }
 
+    fn history_list(&self) -> &'static str {
+        outline::INPUT
+    }
+
     /// A summary asked from `…/responses/compact` is an ordinary
     /// `…/responses` call: the endpoint exists only at OpenAI.
     fn summary_url(&self, client_url: &reqwest::Url, _model: &str) -> reqwest::Url {

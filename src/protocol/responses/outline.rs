@@ -15,6 +15,9 @@ use crate::protocol::{ChatRequest, Outline, Span};
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
+/// The field a Responses body lists its input items under.
+pub(super) const INPUT: &str = "input";
+
 /// The outline of `body` with its units as spans; `None` when it is no
 /// conversation Condenser can handle, and `parse_whole` when `input` is
 /// not an array (a string is one user message).
@@ -23,7 +26,7 @@ pub fn outline(body: Bytes) -> Option<Outline> {
         body: fields,
         items,
         prefixes,
-    } = split(&body, "input")?;
+    } = split(&body, INPUT)?;
     if is_stateful(&fields) {
         return None;
     }
