@@ -144,7 +144,10 @@ pub(crate) fn split(text: &[u8], list: &str) -> Option<Listed> {
 pub struct Arriving {
     list: &'static str,
     caller: Option<u128>,
-    pass: Pass,
+    /// Boxed: a pass is two hashers' states, over a kilobyte, and an
+    /// `Option<Arrived>` is moved through every call from the body's read
+    /// to identification, taken or not (a small body takes none).
+    pass: Box<Pass>,
 }
 
 impl Arriving {
@@ -162,7 +165,7 @@ impl Arriving {
         Self {
             list,
             caller,
-            pass: memo.pass(caller, list),
+            pass: Box::new(memo.pass(caller, list)),
         }
     }
 
@@ -191,7 +194,7 @@ pub struct Arrived {
 
 impl Arrived {
     /// The pass, if it was over `text`, read under `list` by `caller`.
-    fn of(self, text: &[u8], list: &str, caller: Option<u128>) -> Option<Pass> {
+    fn of(self, text: &[u8], list: &str, caller: Option<u128>) -> Option<Box<Pass>> {
         let same = std::ptr::eq(self.text.as_ptr(), text.as_ptr()) && self.text.len() == text.len();
         let Arriving {
             list: listed,
@@ -421,7 +424,7 @@ impl Resent {
 
     /// [`split`], with this memo; `arrived`, the pass over `text` done as
     /// it arrived.
-    fn split(&self, text: &[u8], list: &str, arrived: Option<Pass>) -> Option<Listed> {
+    fn split(&self, text: &[u8], list: &str, arrived: Option<Box<Pass>>) -> Option<Listed> {
         if let Some(resumed) = self.resume(text, list, arrived) {
             let prefixes = match resumed.grew() {
                 true => self.remember_resumed(text, list, &resumed),
@@ -453,7 +456,7 @@ impl Resent {
     /// follows does not read as the rest of the body: the caller then
     /// scans it whole. `arrived`: the pass over `text` done as it arrived,
     /// else it is done here.
-    fn resume(&self, text: &[u8], list: &str, arrived: Option<Pass>) -> Option<Resumed> {
+    fn resume(&self, text: &[u8], list: &str, arrived: Option<Box<Pass>>) -> Option<Resumed> {
         if text.len() < SHORTEST {
             return None;
         }
@@ -559,9 +562,9 @@ impl Resent {
     /// The kept body that shares the most with `text`, and how many of its
     /// items `text` begins with: from the pass done as it arrived, or one
     /// over it now.
-    fn shared_items(&self, text: &[u8], list: &str, arrived: Option<Pass>) -> Option<Shared> {
+    fn shared_items(&self, text: &[u8], list: &str, arrived: Option<Box<Pass>>) -> Option<Shared> {
         let pass = arrived.unwrap_or_else(|| {
-            let mut pass = self.pass(CALLER.get(), list);
+            let mut pass = Box::new(self.pass(CALLER.get(), list));
             pass.update(self, text);
             pass
         });
