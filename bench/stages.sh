@@ -9,10 +9,15 @@
 #   bench/stages.sh [BINARY]
 #
 # WORKLOAD (identical: the 1.5 KB body; history: the ~800 KB re-sent
-# history), RATE (200; history 20), DURATION (4 s recorded, after 2 s of
-# warm-up), CONNECTIONS (16). Prints, for each event that at least 80 % of
-# the requests reach, its median time since the request's last byte was
-# read, and the step from the event before it.
+# history), RATE (200; history 20), DURATION (4 s recorded, after WARMUP,
+# 2 s, of warm-up), CONNECTIONS (16). Prints, for each event that at
+# least 80 % of the requests reach, its median time since the request's
+# last byte was read, and the step from the event before it. SAMPLE_HZ
+# (unset: none) also samples the process's CPU (`cpu-clock`, that many
+# times a second) and prints, for the body's read (from its lease to its
+# last read) and for the step after it (to the upstream write), what the
+# samples of that phase ran, each function's share: a sample costs the
+# thread about as much as a probe hit, so the phases run a little longer.
 #
 # Needs root (uprobes are registered in tracefs) and perf (linux-perf).
 # Each probe hit costs the thread a trap, a few microseconds: the steps
@@ -28,6 +33,8 @@ case "$WORKLOAD" in
   *) echo "stages: unknown WORKLOAD '$WORKLOAD' (identical history)" >&2; exit 2 ;;
 esac
 DURATION="${DURATION:-4}"
+WARMUP="${WARMUP:-2}"
+SAMPLE_HZ="${SAMPLE_HZ:-}"
 CONNECTIONS="${CONNECTIONS:-16}"
 BACKEND="${BACKEND:-sqlite}"
 PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
@@ -115,14 +122,16 @@ load() { # seconds
   target/release/loadgen --url "$url" --rate "$RATE" --duration "$1" \
     --connections "$CONNECTIONS" --workload fixed --body "$work/$WORKLOAD.json"
 }
-load 2 >/dev/null
+load "$WARMUP" >/dev/null
 load $((DURATION + 2)) >"$work/load.json" &
 loader=$!
 sleep 1
-perf record -q "${events[@]}" \
+sampling=()
+[ -n "$SAMPLE_HZ" ] && sampling=(-e cpu-clock -F "$SAMPLE_HZ")
+perf record -q "${events[@]}" "${sampling[@]}" \
   -e syscalls:sys_exit_recvfrom -e syscalls:sys_enter_writev -e syscalls:sys_exit_writev \
   -p "$condenser" -o "$work/stages.data" -- sleep "$DURATION" >/dev/null 2>&1
 wait "$loader"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("stages: %s req/s achieved, p50 %s us" % (d["achieved_rate"], d["latency_us"]["p50"]))' "$work/load.json"
-perf script -i "$work/stages.data" -F tid,time,event 2>/dev/null >"$work/stages.txt"
+perf script -i "$work/stages.data" -F tid,time,event,ip,sym 2>/dev/null >"$work/stages.txt"
 python3 bench/stages_report.py "$work/stages.txt"
