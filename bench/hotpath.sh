@@ -42,7 +42,8 @@ if [ ! -x /usr/sbin/nginx ]; then
 fi
 cargo build --release --quiet -p condenser -p loadgen -p floor
 loadgen=target/release/loadgen
-condenser=target/release/condenser
+# CONDENSER_BIN: the build measured as condenser-*, e.g. a PGO build.
+condenser="$(realpath "${CONDENSER_BIN:-target/release/condenser}")"
 
 . bench/lib.sh
 mkdir -p "$(dirname "$OUT")"

@@ -12,8 +12,8 @@
 # (targets baseline-sqlite and baseline-postgres, after the others').
 # Prints one line per target and workload: the rate achieved, p50, and
 # per request: context switches, sched_wakeup events (wake-ups of the
-# proxy's own threads), CPU migrations, system calls, and the proxy's CPU
-# (ms, user and kernel together: /proc's split of the two is sampled at
+# proxy's own threads), CPU migrations, system calls, page faults, and the
+# proxy's CPU (ms, user and kernel together: /proc's split of the two is sampled at
 # each clock tick, too coarse for a request's microseconds).
 # Workloads: the 1.5 KB chat body at RATE (1,000 req/s), the same body on
 # /v1/embeddings ("relayed": a route Condenser forwards unread, so its HTTP
@@ -34,7 +34,7 @@ PER_THREAD="${PER_THREAD:-}"
 TARGETS="${TARGETS:-nginx condenser-sqlite condenser-postgres${BASELINE_BIN:+ baseline-sqlite baseline-postgres}}"
 WORKLOADS="${WORKLOADS:-small relayed history}"
 PGURL="${BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432}"
-EVENTS="context-switches,sched:sched_wakeup,cpu-migrations,raw_syscalls:sys_enter"
+EVENTS="context-switches,sched:sched_wakeup,cpu-migrations,raw_syscalls:sys_enter,page-faults"
 
 command -v perf >/dev/null || { echo "switches: needs perf (linux-perf)" >&2; exit 1; }
 [ -x /usr/sbin/nginx ] || { echo "switches: needs nginx (apt-get install nginx-light)" >&2; exit 1; }
@@ -138,6 +138,7 @@ cpu_ms = (int(after) - int(before)) * 1000 / int(clk_tck) / requests
 print(f"{target:20} {workload:8} {load['achieved_rate']:8.0f} req/s  p50 {load['latency_us']['p50']:6} us  "
       f"switches/req {per('context-switches'):6.2f}  wakeups/req {per('sched:sched_wakeup'):6.2f}  "
       f"migrations/req {per('cpu-migrations'):5.3f}  syscalls/req {per('raw_syscalls:sys_enter'):5.2f}  "
+      f"faults/req {per('page-faults'):6.3f}  "
       f"CPU ms/req {cpu_ms:6.4f}")
 EOF
   [ -z "$PER_THREAD" ] || per_thread "$work/threads-before-$target-$workload" \

@@ -128,6 +128,10 @@ struct Args {
     model: String,
     #[arg(long, default_value = "Bearer sk-bench")]
     authorization: String,
+    /// More request headers, `name: value`, repeatable (Anthropic's
+    /// `anthropic-version`, say).
+    #[arg(long = "header", value_name = "NAME: VALUE")]
+    headers: Vec<String>,
     /// Runtime worker threads.
     #[arg(long, default_value_t = 2)]
     threads: usize,
@@ -357,9 +361,10 @@ struct Target {
     host: String,
     path: String,
     authorization: String,
+    headers: Vec<(String, String)>,
 }
 
-fn parse_url(url: &str, authorization: String) -> Result<Target, String> {
+fn parse_url(url: &str, authorization: String, headers: &[String]) -> Result<Target, String> {
     let rest = url
         .strip_prefix("http://")
         .ok_or_else(|| format!("{url}: only http:// URLs"))?;
@@ -377,7 +382,18 @@ fn parse_url(url: &str, authorization: String) -> Result<Target, String> {
         host: host.to_string(),
         path: path.to_string(),
         authorization,
+        headers: headers
+            .iter()
+            .map(|header| parse_header(header))
+            .collect::<Result<_, _>>()?,
     })
+}
+
+fn parse_header(header: &str) -> Result<(String, String), String> {
+    let (name, value) = header
+        .split_once(':')
+        .ok_or_else(|| format!("--header {header}: expected `name: value`"))?;
+    Ok((name.trim().to_string(), value.trim().to_string()))
 }
 
 /// Connection failures reported on stderr so far (the first few only).
@@ -421,12 +437,14 @@ async fn exchange(
     target: &Target,
     body: Bytes,
 ) -> Outcome {
-    let request = match hyper::Request::post(target.path.as_str())
+    let mut request = hyper::Request::post(target.path.as_str())
         .header(HOST, target.host.as_str())
         .header(CONTENT_TYPE, "application/json")
-        .header(AUTHORIZATION, target.authorization.as_str())
-        .body(Full::new(body))
-    {
+        .header(AUTHORIZATION, target.authorization.as_str());
+    for (name, value) in &target.headers {
+        request = request.header(name.as_str(), value.as_str());
+    }
+    let request = match request.body(Full::new(body)) {
         Ok(request) => request,
         Err(error) => return Outcome::Transport(error.to_string()),
     };
@@ -560,7 +578,11 @@ fn main() -> Result<(), String> {
     {
         return Err("--rate, --duration and --connections must be positive".into());
     }
-    let target = Arc::new(parse_url(&args.url, args.authorization.clone())?);
+    let target = Arc::new(parse_url(
+        &args.url,
+        args.authorization.clone(),
+        &args.headers,
+    )?);
     let seed = args.seed.unwrap_or_else(|| {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
