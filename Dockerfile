@@ -23,12 +23,23 @@ COPY migrations ./migrations
 COPY tests/fake-upstream ./tests/fake-upstream
 COPY bench/loadgen ./bench/loadgen
 COPY bench/floor ./bench/floor
+# The release build is profile-guided (scripts/build-release): an
+# instrumented build serves a training load through the test upstream, on
+# SQLite, and the counts it writes steer the final build. It needs LLVM's
+# llvm-profdata of rustc's version and Python for the load's bodies
+# (unpinned: this stage's packages are build tools, not in the image).
+COPY scripts/build-release scripts/pgo-train ./scripts/
+COPY bench/lib.sh bench/make_bodies.py ./bench/
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 \
+    && rm -rf /var/lib/apt/lists/* \
+    && rustup component add llvm-tools
 # Registry and target caches survive between builds (BuildKit); the binary is
 # copied out of the cached target directory before the mount goes away.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin condenser \
-    && install -D target/release/condenser /out/condenser
+    scripts/build-release /out/condenser
 
 FROM debian:${DEBIAN_RELEASE}-slim AS runtime
 # No ca-certificates package: TLS to the upstreams and to Postgres goes

@@ -107,6 +107,24 @@ def check_build_context():
         ok("the Dockerfile's build stage copies what `cargo build --locked` needs")
 
 
+def check_release_build_inputs():
+    """The build stage runs scripts/build-release, which runs
+    scripts/pgo-train, which reads files of bench/: each of those the
+    scripts name must be copied too, or the image's build stops at the
+    training load."""
+    copied = [Path(source) for source, _ in build_stage_copies()]
+    scripts = [ROOT / "scripts/build-release", ROOT / "scripts/pgo-train"]
+    named = set()
+    for script in scripts:
+        named |= set(re.findall(r"\b((?:scripts|bench)/[\w.-]+)", script.read_text()))
+    # Documents the scripts' comments cite are not read.
+    for name in sorted(n for n in named if not n.endswith(".md")):
+        if any(Path(name) == source or source in Path(name).parents for source in copied):
+            ok(f"the build stage copies {name}, which the release build reads")
+        else:
+            fail(f"the build stage does not copy {name}, which scripts/build-release needs")
+
+
 def dockerfile_env():
     env = {}
     for line in dockerfile_lines():
@@ -192,6 +210,7 @@ def main():
     binary = str(Path(sys.argv[1]).resolve())
     check_dockerfile_copies()
     check_build_context()
+    check_release_build_inputs()
     check_config(binary, "Dockerfile ENV", dockerfile_env(), ROOT / "config/default.toml")
     check_compose(binary)
     check_tracing(binary)
