@@ -13,8 +13,8 @@
 # Prints one line per target and workload: the rate achieved, p50, and
 # per request: context switches, sched_wakeup events (wake-ups of the
 # proxy's own threads), CPU migrations, system calls, page faults, and the
-# proxy's CPU (ms, user and kernel together: /proc's split of the two is sampled at
-# each clock tick, too coarse for a request's microseconds).
+# proxy's CPU (ms, user and kernel together: /proc's split of the two is
+# sampled at each clock tick, too coarse for a request's microseconds).
 # Workloads: the 1.5 KB chat body at RATE (1,000 req/s), the same body on
 # /v1/embeddings ("relayed": a route Condenser forwards unread, so its HTTP
 # stack alone) at RATE, and the ~800 KB history at HISTORY_RATE (20).
