@@ -13,9 +13,10 @@ A body leased before its last read (one that came in several reads) shows
 its lease before that read, at a negative time: the body's read.
 
 Where the recording holds CPU samples (`cpu-clock`, stages.sh's
-SAMPLE_HZ), two phases are broken down by the function each sample ran:
-the body's read, from its lease (`body_lease`) to its last read, and the
-step after it, from that read to the upstream write.
+SAMPLE_HZ), three phases are broken down by the function each sample
+ran: the body's read, from its lease (`body_lease`) to its last read; the
+step after it, from that read to the upstream write; and the answer, from
+the read that took the upstream's answer to the client's write.
 """
 
 import collections
@@ -55,12 +56,13 @@ def requests(events):
         if start < 0:
             continue
         origin, seen, writes, timeline = events[start][0], collections.Counter(), 0, []
-        samples = {"read": read_samples(events, start), "after": []}
+        samples = {"read": read_samples(events, start), "after": [], "answer": []}
         lease = lease_time(events, start)
         for time, name, function in events[start:]:
             if name == SAMPLE:
-                if not seen[WRITE_START]:
-                    samples["after"].append(function)
+                phase = sample_phase(seen)
+                if phase:
+                    samples[phase].append(function)
                 continue
             if name == "identify" and timeline and seen["identify"]:
                 break
@@ -72,6 +74,17 @@ def requests(events):
                     timeline.append(((lease - origin) * 1e6, f"{LEASE}#1"))
                 yield timeline, samples
                 break
+
+
+def sample_phase(seen):
+    """The phase a sample falls in, by the events seen before it: up to the
+    upstream write, or from the upstream's answer (the first read after
+    that write) to the client's write."""
+    if not seen[WRITE_START]:
+        return "after"
+    if seen[WRITE_DONE] == 1 and seen[READ_DONE] >= 2 and seen[WRITE_START] == 1:
+        return "answer"
+    return None
 
 
 def lease_time(events, last_read):
@@ -107,7 +120,7 @@ def print_phase(title, functions, count):
 
 def main(path):
     offsets, count = collections.defaultdict(list), 0
-    phases = {"read": [], "after": []}
+    phases = {"read": [], "after": [], "answer": []}
     for events in events_by_thread(path).values():
         for timeline, samples in requests(events):
             count += 1
@@ -127,6 +140,7 @@ def main(path):
         previous = at
     print_phase("the body's read (lease to last read)", phases["read"], count)
     print_phase("after the last read (to the upstream write)", phases["after"], count)
+    print_phase("the answer (the upstream's read to the client's write)", phases["answer"], count)
 
 
 if __name__ == "__main__":

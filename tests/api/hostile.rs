@@ -113,3 +113,44 @@ async fn dot_segments_never_leave_the_configured_base_path() {
     let heads = recorder.heads();
     assert!(heads[0].starts_with("GET /v1/models HTTP/1.1"), "{heads:?}");
 }
+
+/// hyper reads a connection 64 KiB at a time at most (`http/serve.rs`), and
+/// a request's head must fit in one such buffer.
+const HEAD_LIMIT: usize = 64 * 1024;
+
+#[tokio::test]
+async fn a_head_of_64_kib_is_refused_with_431_and_one_of_48_kib_goes_through() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (app, recorder) = proxy_before_recorder().await;
+    let start = format!(
+        "GET /v1/models HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {OPENAI_KEY}\r\nx-context: "
+    );
+    let large = format!("{start}{}", "x".repeat(48 * 1024));
+    assert_eq!(raw_client::send(&app.address, &large).await.status(), 200);
+
+    // A head that fills the buffer unfinished, not a byte more: nothing is
+    // left unread when the proxy closes, so the client reads the refusal
+    // (unread bytes would make the close a reset).
+    let unfinished = format!("{start}{}", "x".repeat(HEAD_LIMIT - start.len()));
+    let mut stream = tokio::net::TcpStream::connect(app.address.trim_start_matches("http://"))
+        .await
+        .expect("connects");
+    stream
+        .write_all(unfinished.as_bytes())
+        .await
+        .expect("writes");
+    let mut answer = Vec::new();
+    let read = stream.read_to_end(&mut answer);
+    tokio::time::timeout(std::time::Duration::from_secs(10), read)
+        .await
+        .expect("the proxy answers and closes within 10 s")
+        .expect("reads");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 431 "), "{answer}");
+    let heads = recorder.heads();
+    assert_eq!(heads.len(), 1, "only the 48 KiB head went upstream");
+    assert!(
+        heads[0].contains(&"x".repeat(48 * 1024)),
+        "its header whole"
+    );
+}
