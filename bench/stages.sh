@@ -15,7 +15,8 @@
 # last byte was read, and the step from the event before it. SAMPLE_HZ
 # (unset: none) also samples the process's CPU (`cpu-clock`, that many
 # times a second) and prints, for the body's read (from its lease to its
-# last read) and for the step after it (to the upstream write), what the
+# last read), for the step after it (to the upstream write) and for the
+# answer (from the upstream's answer read to the client's write), what the
 # samples of that phase ran, each function's share: a sample costs the
 # thread about as much as a probe hit, so the phases run a little longer.
 #
