@@ -4,7 +4,8 @@
 # and every target side by side: the upstream itself, nginx as a plain
 # reverse proxy, Condenser on SQLite and on Postgres (and a baseline build);
 # on request (TARGETS=... floor), hyper's server to hyper-util's client with
-# nothing between (bench/floor: the least a proxy on this stack spends).
+# nothing between (bench/floor: the least a proxy on this stack spends), and
+# floor-stack, the same with every layer of the stack Condenser is built on.
 # Workloads: identical small bodies, growing agent conversations, a large
 # re-sent history, and the growing conversations' bodies on a route Condenser
 # forwards without reading them (its floor: the HTTP hop alone). See
@@ -35,6 +36,13 @@ BASELINE_BIN="${BASELINE_BIN:-}"
 GROWING_ARGS="${GROWING_ARGS:-}"      # more loadgen flags for growing, e.g. --system-per-conversation
 TARGETS="${TARGETS:-direct nginx condenser-sqlite condenser-postgres}"
 OUT="${OUT:-bench/results/hotpath-$(date -u +%Y%m%dT%H%M%SZ).json}"
+# A workload with no body to send would leave its rows waiting on a
+# load generator that never starts: refused before anything runs.
+for workload in $WORKLOADS; do
+  case "$workload" in identical | growing | history | passthrough) ;;
+    *) echo "hotpath: unknown workload '$workload' in WORKLOADS (identical growing history passthrough)" >&2; exit 2 ;;
+  esac
+done
 
 if [ ! -x /usr/sbin/nginx ]; then
   echo "hotpath: installing nginx" >&2
@@ -44,6 +52,8 @@ cargo build --release --quiet -p condenser -p loadgen -p floor
 loadgen=target/release/loadgen
 # CONDENSER_BIN: the build measured as condenser-*, e.g. a PGO build.
 condenser="$(realpath "${CONDENSER_BIN:-target/release/condenser}")"
+# FLOOR_BIN: the build measured as floor and floor-stack (bench/floor-pgo.sh's).
+floor_bin="$(realpath "${FLOOR_BIN:-target/release/floor}")"
 
 . bench/lib.sh
 mkdir -p "$(dirname "$OUT")"
@@ -62,13 +72,18 @@ for target in $TARGETS; do
     nginx)
       port="$(free_port)"
       start_nginx_proxy "$port" ;;
-    floor)
-      # hyper's server to hyper-util's client, nothing between (bench/floor)
+    floor | floor-stack)
+      # hyper's server to hyper-util's client, nothing between (bench/floor;
+      # FLOOR_LAYERS puts layers back), or with every layer of the product
+      # card's stack Condenser runs (floor-stack): what the stack alone costs.
+      layers="${FLOOR_LAYERS:-}"
+      [ "$target" = floor-stack ] && layers=auto,axum,tower,log,reqwest
       port="$(free_port)"
-      target/release/floor "127.0.0.1:$port" "http://127.0.0.1:$upstream_port" >"$work/floor.log" 2>&1 &
+      FLOOR_LAYERS="$layers" "$floor_bin" "127.0.0.1:$port" "http://127.0.0.1:$upstream_port" \
+        >"$work/$target.log" 2>&1 &
       pids+=($!)
-      echo $! >"$work/floor.pid"
-      echo "$port" >"$work/floor.port"
+      echo $! >"$work/$target.pid"
+      echo "$port" >"$work/$target.port"
       wait_port "$port" ;;
     condenser-sqlite) start_condenser "$target" "$condenser" "sqlite://$work/condenser.db" ;;
     condenser-postgres)
