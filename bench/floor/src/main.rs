@@ -90,6 +90,7 @@ fn main() -> Result<(), Error> {
         None => std::thread::available_parallelism().map_or(1, usize::from),
     };
     let (layers, log) = Layers::from_env()?;
+    exit_on_sigterm()?;
     if log {
         tracing_subscriber::fmt()
             .with_env_filter("info")
@@ -105,6 +106,25 @@ fn main() -> Result<(), Error> {
         stream.set_nonblocking(true)?;
         connection_threads[count % threads].send(stream)?;
     }
+    Ok(())
+}
+
+/// Ends the process through `exit` on SIGTERM: a build made with
+/// `-Cprofile-generate` writes its counts only then (`bench/floor-pgo.sh`).
+fn exit_on_sigterm() -> std::io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut terminate = {
+        let _entered = runtime.enter();
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?
+    };
+    std::thread::Builder::new()
+        .name("floor-signal".into())
+        .spawn(move || {
+            runtime.block_on(terminate.recv());
+            std::process::exit(0);
+        })?;
     Ok(())
 }
 
